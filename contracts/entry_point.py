@@ -1,0 +1,182 @@
+"""Checked forward entry points: beartype for types, jaxtyping for shapes bound across the boundary.
+
+``@entry_point`` wraps a model's forward so that every call is checked at the eager boundary:
+
+* the forward's own annotations (``model: MyModel, inp: ForwardInput -> Float[Tensor, "n v"]``)
+  with ``jaxtyped(typechecker=beartype)``, dimensions bound across arguments and the return;
+* the step boundary: when an argument is a :class:`~tokenstate.contracts.ForwardInput`, the returned
+  logits must be ``[num_logits, vocab]`` on the input's device, with ``num_logits`` bound to the
+  input's ``logits_indices`` and ``vocab`` to the model's ``vocab_size`` when it has one.
+
+In ``boundary`` mode the shape/dtype work is done once per *signature* (the tuple of shapes, dtypes
+and devices of the call); repeated calls with a proven signature pay only beartype's nominal
+parameter checks plus a comparison of the output's metadata. ``full`` re-proves every call; ``off``
+calls the forward directly. Violations become :class:`~tokenstate.contracts.ContractViolation`
+naming the entry point, the argument and the fix.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from beartype import beartype
+from beartype.roar import BeartypeCallHintViolation, BeartypeException
+from jaxtyping import AbstractArray, Float, Int, TypeCheckError, jaxtyped
+
+from tokenstate.contracts.checks import get_checks_mode
+from tokenstate.contracts.errors import ContractDefinitionError, ContractViolation
+from tokenstate.contracts.forward_input import ForwardInput
+
+__all__ = ["EntryPoint", "entry_point"]
+
+_FIX = (
+    "Fix: make the forward's arguments and returned logits match its annotations; a registered "
+    "forward returns float logits [num_logits, vocab] for inp.logits_indices on inp.device."
+)
+
+
+@jaxtyped(typechecker=beartype)
+def _logits_boundary(
+    positions: Int[torch.Tensor, " num_tokens"],
+    logits_indices: Int[torch.Tensor, " num_logits"],
+    logits: Float[torch.Tensor, "num_logits vocab"],
+) -> None:
+    """Binds num_tokens/num_logits from the input to the returned logits (jaxtyping does the work)."""
+
+
+def _strip_array_hint(hint: Any) -> Any:
+    """``Float[Tensor, "a b"]`` -> ``Tensor`` (also inside unions), for the nominal-only fast path."""
+    if isinstance(hint, type) and issubclass(hint, AbstractArray):
+        return hint.array_type
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[tuple(_strip_array_hint(a) for a in typing.get_args(hint))]  # noqa: UP007
+    return hint
+
+
+def _signature_of(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return (value.shape, value.dtype, value.device)
+    if isinstance(value, ForwardInput):
+        dev = value.device_tokens
+        return (
+            ForwardInput,
+            value.num_tokens,
+            value.num_logits,
+            value.layout.num_rows,
+            value.device,
+            None if dev is None else dev.ids.dtype,
+        )
+    return type(value)
+
+
+class EntryPoint:
+    """A forward wrapped by :func:`entry_point`; call it like the forward itself."""
+
+    __slots__ = ("__dict__", "__wrapped__", "_full", "_nominal", "_proven", "name")
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+        if not callable(fn) or isinstance(fn, EntryPoint):
+            raise ContractDefinitionError(
+                f"entry_point: expected a plain forward function, got {fn!r}."
+            )
+        functools.update_wrapper(self, fn)
+        self.__wrapped__ = fn
+        self.name: str = name or f"{fn.__module__}.{fn.__qualname__}"
+        self._full: Callable[..., Any] | None = None
+        self._nominal: Callable[..., Any] | None = None
+        # call signature -> proven output signature
+        self._proven: dict[tuple[Any, ...], Any] = {}
+
+    def _build(self) -> None:
+        fn = self.__wrapped__
+        try:
+            hints = typing.get_type_hints(fn, include_extras=True)
+        except Exception as exc:
+            raise ContractDefinitionError(
+                f"entry point {self.name}: its annotations cannot be resolved ({exc}); annotate with "
+                "names importable from the forward's module."
+            ) from exc
+        self._full = jaxtyped(typechecker=beartype)(fn)
+        clone = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+        clone.__kwdefaults__ = fn.__kwdefaults__
+        clone.__qualname__ = fn.__qualname__
+        clone.__module__ = fn.__module__
+        clone.__annotations__ = {k: _strip_array_hint(v) for k, v in hints.items() if k != "return"}
+        self._nominal = beartype(clone)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        mode = get_checks_mode()
+        if mode == "off":
+            return self.__wrapped__(*args, **kwargs)
+        if self._full is None:
+            self._build()
+        key = tuple(_signature_of(a) for a in args) + tuple(
+            (k, _signature_of(v)) for k, v in sorted(kwargs.items())
+        )
+        proven = self._proven.get(key) if mode == "boundary" else None
+        try:
+            if proven is None:
+                out = self._full(*args, **kwargs)  # type: ignore[misc]
+                self._check_step_boundary(args, kwargs, out)
+                if mode == "boundary":
+                    self._proven[key] = _signature_of(out)
+                return out
+            out = self._nominal(*args, **kwargs)  # type: ignore[misc]
+        except (BeartypeCallHintViolation, TypeCheckError) as exc:
+            raise ContractViolation(f"entry point {self.name}: {_first_lines(exc)} {_FIX}") from exc
+        except BeartypeException as exc:
+            raise ContractDefinitionError(f"entry point {self.name}: cannot be checked: {exc}") from exc
+        if _signature_of(out) != proven:
+            self._check_step_boundary(args, kwargs, out)
+        return out
+
+    def _check_step_boundary(self, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        inp = next((a for a in (*args, *kwargs.values()) if isinstance(a, ForwardInput)), None)
+        if inp is None:
+            return
+        try:
+            _logits_boundary(inp.positions, inp.logits_indices, out)
+        except (BeartypeCallHintViolation, TypeCheckError) as exc:
+            got = f"{type(out).__name__}"
+            if isinstance(out, torch.Tensor):
+                got = f"{out.dtype} {tuple(out.shape)}"
+            raise ContractViolation(
+                f"entry point {self.name}: returned logits {got}, expected float "
+                f"[num_logits={inp.num_logits}, vocab]. {_FIX}"
+            ) from exc
+        if out.device != inp.device:
+            raise ContractViolation(
+                f"entry point {self.name}: returned logits on {out.device}, expected {inp.device}. {_FIX}"
+            )
+        model = args[0] if args else None
+        vocab = getattr(model, "vocab_size", None)
+        if isinstance(vocab, int) and out.shape[1] != vocab:
+            raise ContractViolation(
+                f"entry point {self.name}: returned logits with vocab dim {out.shape[1]}, but the model's "
+                f"vocab_size is {vocab}. {_FIX}"
+            )
+
+    def __repr__(self) -> str:
+        return f"<checked entry point {self.name}>"
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        # Used as a method (``forward = entry_point(...)`` in a class body): bind like a function.
+        return self if obj is None else types.MethodType(self, obj)
+
+
+def _first_lines(exc: BaseException, limit: int = 6) -> str:
+    lines = str(exc).strip().splitlines()
+    return " ".join(line.strip() for line in lines[:limit])
+
+
+def entry_point(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+    """Wrap a forward as a checked entry point (usable as ``@entry_point`` or ``@entry_point(name=...)``)."""
+    if fn is None:
+        return lambda f: EntryPoint(f, name)
+    return EntryPoint(fn, name)

@@ -1,0 +1,208 @@
+"""The per-step forward input: host tokens, optional device tokens, positions, batch layout.
+
+A runner builds exactly one :class:`ForwardInput` per step and its invariants are validated once,
+here, at construction — entry points then only check identity and metadata, which keeps the checked
+boundary nearly free. Validation reads metadata and host tensors only; it never syncs a device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from tokenstate.contracts.errors import ContractViolation
+from tokenstate.contracts.tokens import DeviceTokens, HostTokens
+
+__all__ = ["BatchLayout", "ForwardInput", "RowSpan"]
+
+_INT = (torch.int32, torch.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class RowSpan:
+    """One batch row, as plain ints: ``[num_computed, seq_len)`` of ``slot`` at flat ``[start, end)``."""
+
+    row: int
+    slot: int
+    start: int  # flat index of the row's first query token
+    end: int  # flat index one past its last query token
+    num_computed: int  # tokens of this request already in the slot's KV/state
+    num_drafts: int
+
+    @property
+    def query_len(self) -> int:
+        return self.end - self.start
+
+    @property
+    def seq_len(self) -> int:
+        return self.num_computed + self.query_len
+
+
+def _host_int(name: str, t: object, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise ContractViolation(f"BatchLayout.{name}: expected a torch.Tensor, got {type(t).__name__}.")
+    if t.dtype not in _INT or t.device.type != "cpu" or t.dim() != 1:
+        raise ContractViolation(
+            f"BatchLayout.{name}: expected a 1-D int32/int64 CPU tensor, got {t.dtype} "
+            f"{tuple(t.shape)} on {t.device}."
+        )
+    if shape is not None and tuple(t.shape) != shape:
+        raise ContractViolation(f"BatchLayout.{name}: expected shape {shape}, got {tuple(t.shape)}.")
+    return t
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLayout:
+    """Host-side batch metadata of one step (all CPU tensors; ``rows`` as plain ints).
+
+    Attributes:
+        query_start_loc: ``[num_rows + 1]`` int32, flat start of each row's query.
+        seq_lens: ``[num_rows]`` int32, ``num_computed + query_len`` per row.
+        slots: ``[num_rows]`` int32, persistent slot of each row.
+        num_drafts: ``[num_rows]`` int32, draft tokens at the end of each row's query.
+        logits_indices: ``[num_logits]`` int64, flat positions whose logits the sampler reads.
+    """
+
+    query_start_loc: torch.Tensor  # [num_rows + 1] int32
+    seq_lens: torch.Tensor  # [num_rows] int32
+    slots: torch.Tensor  # [num_rows] int32
+    num_drafts: torch.Tensor  # [num_rows] int32
+    logits_indices: torch.Tensor  # [num_logits] int64
+    rows: tuple[RowSpan, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        num_rows = _host_int("slots", self.slots).shape[0]
+        qsl = _host_int("query_start_loc", self.query_start_loc, (num_rows + 1,)).tolist()
+        seq = _host_int("seq_lens", self.seq_lens, (num_rows,)).tolist()
+        drafts = _host_int("num_drafts", self.num_drafts, (num_rows,)).tolist()
+        slots = self.slots.tolist()
+        logits = _host_int("logits_indices", self.logits_indices).tolist()
+        if qsl[0] != 0 or any(b < a for a, b in zip(qsl, qsl[1:], strict=False)):
+            raise ContractViolation(f"BatchLayout.query_start_loc must rise from 0, got {qsl}.")
+        if len(set(slots)) != len(slots):
+            raise ContractViolation(f"BatchLayout.slots must be distinct (one row per request), got {slots}.")
+        rows = []
+        for r in range(num_rows):
+            qlen = qsl[r + 1] - qsl[r]
+            if seq[r] < qlen or drafts[r] < 0 or drafts[r] >= max(qlen, 1):
+                raise ContractViolation(
+                    f"BatchLayout row {r}: seq_len={seq[r]}, query_len={qlen}, num_drafts={drafts[r]}; "
+                    "need seq_len >= query_len and 0 <= num_drafts < query_len."
+                )
+            rows.append(RowSpan(r, slots[r], qsl[r], qsl[r + 1], seq[r] - qlen, drafts[r]))
+        if any(not 0 <= i < qsl[-1] for i in logits):
+            raise ContractViolation(
+                f"BatchLayout.logits_indices must lie in [0, num_tokens={qsl[-1]}), got {logits}."
+            )
+        object.__setattr__(self, "rows", tuple(rows))
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.rows)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.query_start_loc[-1])
+
+    @property
+    def num_logits(self) -> int:
+        return self.logits_indices.shape[0]
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardInput:
+    """Everything a registered forward receives for one step.
+
+    Attributes:
+        host_tokens: host ids and their stale mask (always present).
+        device_tokens: authoritative ids on the execution device; present whenever any position is
+            stale (then reading ``host_tokens.ids`` raises), optionally present otherwise.
+        positions: ``[num_tokens]`` int64 on the execution device.
+        layout: host-side batch metadata.
+        logits_indices: ``[num_logits]`` int64 on the execution device (same values as
+            ``layout.logits_indices``).
+        slots: ``[num_rows]`` int64 on the execution device (same values as ``layout.slots``).
+    """
+
+    host_tokens: HostTokens
+    device_tokens: DeviceTokens | None
+    positions: torch.Tensor  # [num_tokens] int64, execution device
+    layout: BatchLayout
+    logits_indices: torch.Tensor  # [num_logits] int64, execution device
+    slots: torch.Tensor  # [num_rows] int64, execution device
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.host_tokens, HostTokens):
+            raise ContractViolation(
+                f"ForwardInput.host_tokens must be HostTokens, got {type(self.host_tokens).__name__}."
+            )
+        if self.device_tokens is not None and not isinstance(self.device_tokens, DeviceTokens):
+            raise ContractViolation(
+                "ForwardInput.device_tokens must be DeviceTokens or None, got "
+                f"{type(self.device_tokens).__name__}."
+            )
+        if not isinstance(self.layout, BatchLayout):
+            raise ContractViolation(f"ForwardInput.layout must be BatchLayout, got {type(self.layout).__name__}.")
+        n = self.host_tokens.num_tokens
+        if self.layout.num_tokens != n or self.layout.num_rows != self.host_tokens.num_rows:
+            raise ContractViolation(
+                f"ForwardInput: layout has {self.layout.num_tokens} tokens in {self.layout.num_rows} rows "
+                f"but host_tokens has {n} tokens in {self.host_tokens.num_rows} rows."
+            )
+        if self.host_tokens.has_stale and self.device_tokens is None:
+            raise ContractViolation(
+                f"ForwardInput: rows {list(self.host_tokens.stale_rows)} are stale on the host, so "
+                "device_tokens is required (build it with the runtime's combine step)."
+            )
+        device = self.positions.device if isinstance(self.positions, torch.Tensor) else None
+        self._check_tensor("positions", self.positions, (n,), device)
+        self._check_tensor("logits_indices", self.logits_indices, (self.layout.num_logits,), device)
+        self._check_tensor("slots", self.slots, (self.layout.num_rows,), device)
+        if self.device_tokens is not None:
+            if self.device_tokens.num_tokens != n or self.device_tokens.device != device:
+                raise ContractViolation(
+                    f"ForwardInput: device_tokens are [{self.device_tokens.num_tokens}] on "
+                    f"{self.device_tokens.device}; expected [{n}] on {device} like positions."
+                )
+
+    @staticmethod
+    def _check_tensor(
+        name: str, t: object, shape: tuple[int, ...], device: torch.device | None
+    ) -> None:
+        if not isinstance(t, torch.Tensor) or t.dtype not in _INT:
+            raise ContractViolation(
+                f"ForwardInput.{name} must be an int32/int64 tensor, got "
+                f"{getattr(t, 'dtype', type(t).__name__)}."
+            )
+        if tuple(t.shape) != shape or t.device != device:
+            raise ContractViolation(
+                f"ForwardInput.{name}: expected shape {shape} on {device}, got {tuple(t.shape)} on {t.device}."
+            )
+
+    @property
+    def device(self) -> torch.device:
+        """The execution device."""
+        return self.positions.device
+
+    @property
+    def num_tokens(self) -> int:
+        return self.host_tokens.num_tokens
+
+    @property
+    def num_logits(self) -> int:
+        return self.layout.num_logits
+
+    @property
+    def has_stale_rows(self) -> bool:
+        return self.host_tokens.has_stale
+
+    def embedding_ids(self) -> torch.Tensor:
+        """``[num_tokens]`` ids to embed: the device ids when present, else the (fresh) host ids.
+
+        The recommended read for a forward that honours device token ids; on the host branch the
+        ids are moved to the execution device.
+        """
+        if self.device_tokens is not None:
+            return self.device_tokens.ids
+        return self.host_tokens.ids.to(self.device, non_blocking=True)

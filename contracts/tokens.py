@@ -1,0 +1,255 @@
+"""Type states for token ids: :class:`HostTokens` and :class:`DeviceTokens`.
+
+On the async path the host's token-id buffer holds :data:`PLACEHOLDER` at every spliced position,
+while the real ids exist only on the execution device. ``HostTokens`` carries the host ids together
+with the per-position stale mask computed by the one row predicate, and refuses to hand out ids that
+include a stale position. ``DeviceTokens`` carries the authoritative ids; it can only be made by a
+combine step (which splices the device-side sampled tokens in) or by uploading host ids that are
+entirely fresh, so holding one *is* the proof that no placeholder is inside.
+"""
+
+from __future__ import annotations
+
+from typing import Final, final
+
+import torch
+
+from tokenstate.contracts.checks import get_checks_mode
+from tokenstate.contracts.errors import ContractViolation, StaleHostTokensError
+
+__all__ = ["PLACEHOLDER", "TOKEN_ID_DTYPES", "DeviceTokens", "HostTokens"]
+
+PLACEHOLDER: Final[int] = -1
+"""Value the host buffer holds at spliced positions. Outside every vocabulary, so a guarded
+embedding refuses it instead of reading a real (wrong) row."""
+
+TOKEN_ID_DTYPES: Final[tuple[torch.dtype, ...]] = (torch.int32, torch.int64)
+
+_STALE_FIX = (
+    "Fix: read `inp.device_tokens.ids` (or `inp.embedding_ids()`) in the forward and register the "
+    "factory with honors_device_token_ids=True; or register it with honors_device_token_ids=False so "
+    "the runner takes the synchronous host path for steps with spliced rows."
+)
+
+
+def _require_ids(name: str, ids: object, device: torch.device | None = None) -> torch.Tensor:
+    if not isinstance(ids, torch.Tensor):
+        raise ContractViolation(f"{name}: ids must be a torch.Tensor, got {type(ids).__name__}.")
+    if ids.dim() != 1:
+        raise ContractViolation(f"{name}: ids must be [num_tokens], got shape {tuple(ids.shape)}.")
+    if ids.dtype not in TOKEN_ID_DTYPES:
+        raise ContractViolation(f"{name}: ids must be int32 or int64, got {ids.dtype}.")
+    if device is not None and ids.device != device:
+        raise ContractViolation(f"{name}: ids must be on {device}, got {ids.device}.")
+    return ids
+
+
+def _rows_of(positions: list[int], query_start_loc: list[int]) -> list[int]:
+    rows: list[int] = []
+    row = 0
+    for pos in positions:  # positions are sorted; walk the row boundaries once
+        while query_start_loc[row + 1] <= pos:
+            row += 1
+        if not rows or rows[-1] != row:
+            rows.append(row)
+    return rows
+
+
+@final
+class HostTokens:
+    """Token ids on the host plus the per-position stale mask.
+
+    Args:
+        ids: ``[num_tokens]`` int32/int64 CPU tensor; ``PLACEHOLDER`` at stale positions.
+        stale: ``[num_tokens]`` bool CPU tensor from
+            :func:`~tokenstate.contracts.stale_position_mask`.
+        query_start_loc: ``[num_rows + 1]`` integer CPU tensor (row boundaries, for error messages
+            and per-row reads).
+        slots: ``[num_rows]`` integer CPU tensor, the persistent slot of each row.
+    """
+
+    __slots__ = ("_ids", "_query_start_loc", "_slots", "_stale", "_stale_positions")
+
+    def __init__(
+        self,
+        ids: torch.Tensor,
+        stale: torch.Tensor,
+        query_start_loc: torch.Tensor,
+        slots: torch.Tensor,
+    ) -> None:
+        cpu = torch.device("cpu")
+        ids = _require_ids("HostTokens", ids, cpu)
+        if not isinstance(stale, torch.Tensor) or stale.dtype != torch.bool or stale.shape != ids.shape:
+            raise ContractViolation(
+                f"HostTokens: stale must be a bool tensor of shape {tuple(ids.shape)} (one flag per "
+                f"position), got {getattr(stale, 'dtype', type(stale).__name__)} "
+                f"{tuple(getattr(stale, 'shape', ()))}."
+            )
+        if stale.device != cpu or query_start_loc.device != cpu or slots.device != cpu:
+            raise ContractViolation("HostTokens: stale, query_start_loc and slots must be CPU tensors.")
+        num_rows = slots.shape[0]
+        if slots.dim() != 1 or query_start_loc.shape != (num_rows + 1,):
+            raise ContractViolation(
+                f"HostTokens: query_start_loc must be [num_rows + 1] for slots [num_rows]; got "
+                f"{tuple(query_start_loc.shape)} and {tuple(slots.shape)}."
+            )
+        qsl = query_start_loc.tolist()
+        if qsl[0] != 0 or qsl[-1] != ids.shape[0] or any(b < a for a, b in zip(qsl, qsl[1:], strict=False)):
+            raise ContractViolation(
+                f"HostTokens: query_start_loc must rise from 0 to num_tokens={ids.shape[0]}, got {qsl}."
+            )
+        self._ids = ids  # [num_tokens]
+        self._stale = stale  # [num_tokens] bool
+        self._query_start_loc = qsl  # num_rows + 1 ints
+        self._slots = slots.tolist()  # num_rows ints
+        self._stale_positions: list[int] = stale.nonzero().flatten().tolist()
+        if get_checks_mode() == "full":
+            fresh_ids = ids[~stale]
+            if fresh_ids.numel() and int(fresh_ids.min()) < 0:
+                raise ContractViolation(
+                    "HostTokens: a position not marked stale holds a negative id (PLACEHOLDER is -1); "
+                    "the stale mask must come from stale_position_mask()."
+                )
+
+    @classmethod
+    def fresh(cls, ids: torch.Tensor, query_start_loc: torch.Tensor, slots: torch.Tensor) -> HostTokens:
+        """Host tokens with no stale position (sync mode, prefill-only steps)."""
+        return cls(ids, torch.zeros(ids.shape, dtype=torch.bool), query_start_loc, slots)
+
+    @property
+    def num_tokens(self) -> int:
+        return self._ids.shape[0]
+
+    @property
+    def num_rows(self) -> int:
+        return len(self._slots)
+
+    @property
+    def has_stale(self) -> bool:
+        """Whether any position holds a placeholder (cheap: computed at construction)."""
+        return bool(self._stale_positions)
+
+    @property
+    def stale(self) -> torch.Tensor:
+        """``[num_tokens]`` bool: positions whose real id exists only on the device."""
+        return self._stale
+
+    @property
+    def stale_rows(self) -> tuple[int, ...]:
+        """Batch rows with at least one stale position."""
+        return tuple(_rows_of(self._stale_positions, self._query_start_loc))
+
+    @property
+    def ids(self) -> torch.Tensor:
+        """``[num_tokens]`` host ids; raises :class:`StaleHostTokensError` if any is stale."""
+        if self._stale_positions:
+            self._raise_stale(self._stale_positions, "ids")
+        return self._ids
+
+    def row_ids(self, row: int) -> torch.Tensor:
+        """``[query_len]`` host ids of one row; fresh rows stay readable when others are stale."""
+        if not 0 <= row < self.num_rows:
+            raise ContractViolation(f"HostTokens.row_ids: row {row} is outside [0, {self.num_rows}).")
+        start, end = self._query_start_loc[row], self._query_start_loc[row + 1]
+        stale_here = [p for p in self._stale_positions if start <= p < end]
+        if stale_here:
+            self._raise_stale(stale_here, f"row_ids({row})")
+        return self._ids[start:end]
+
+    def placeholder_buffer(self) -> torch.Tensor:
+        """``[num_tokens]`` raw host buffer *including* placeholders — input to a combine kernel.
+
+        Only a combine step may consume this; embedding it is the bug this package exists to stop
+        (and the guarded embedding refuses it).
+        """
+        return self._ids
+
+    def _raise_stale(self, positions: list[int], what: str) -> None:
+        rows = _rows_of(positions, self._query_start_loc)
+        slots = [self._slots[r] for r in rows]
+        shown = positions[:8]
+        more = "" if len(positions) <= 8 else f" (+{len(positions) - 8} more)"
+        raise StaleHostTokensError(
+            f"HostTokens.{what}: stale host token ids read at rows {rows} (slots {slots}), "
+            f"positions {shown}{more}: on the async path these positions hold PLACEHOLDER "
+            f"({PLACEHOLDER}) on the host and their real ids exist only on the device. {_STALE_FIX}",
+            rows=tuple(rows),
+            slots=tuple(slots),
+            positions=tuple(positions),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"HostTokens(num_tokens={self.num_tokens}, num_rows={self.num_rows}, "
+            f"stale_rows={list(self.stale_rows)})"
+        )
+
+
+_ISSUE_KEY = object()
+
+
+@final
+class DeviceTokens:
+    """Authoritative token ids on the execution device (CUDA, or the CPU for the CPU mirror).
+
+    Made only by :meth:`from_combine` (a runtime's combine step spliced the device-side sampled
+    tokens in) or :meth:`from_host` (an upload of entirely fresh host ids). Calling the class
+    directly raises.
+    """
+
+    __slots__ = ("_ids", "_vocab_size")
+
+    def __init__(self, ids: torch.Tensor, vocab_size: int, _key: object = None) -> None:
+        if _key is not _ISSUE_KEY:
+            raise ContractViolation(
+                "DeviceTokens cannot be constructed directly: use DeviceTokens.from_combine(ids, "
+                "vocab_size=...) in a combine step, or DeviceTokens.from_host(host_tokens, device, "
+                "vocab_size=...) for fresh host ids."
+            )
+        ids = _require_ids("DeviceTokens", ids)
+        if not isinstance(vocab_size, int) or vocab_size <= 0:
+            raise ContractViolation(f"DeviceTokens: vocab_size must be a positive int, got {vocab_size!r}.")
+        if not ids.is_contiguous():
+            raise ContractViolation("DeviceTokens: ids must be contiguous.")
+        if get_checks_mode() == "full" and ids.device.type == "cpu" and ids.numel():
+            # Only on the CPU: a min/max on a CUDA tensor is a device sync, which the async path
+            # exists to avoid (the guarded embedding checks there instead).
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo < 0 or hi >= vocab_size:
+                raise ContractViolation(
+                    f"DeviceTokens: ids must lie in [0, {vocab_size}), got min {lo}, max {hi}."
+                )
+        self._ids = ids  # [num_tokens]
+        self._vocab_size = vocab_size
+
+    @classmethod
+    def from_combine(cls, ids: torch.Tensor, *, vocab_size: int) -> DeviceTokens:
+        """Wrap the output of a combine step (host ids with device-side tokens spliced in)."""
+        return cls(ids, vocab_size, _ISSUE_KEY)
+
+    @classmethod
+    def from_host(
+        cls, host: HostTokens, device: torch.device | str, *, vocab_size: int
+    ) -> DeviceTokens:
+        """Upload entirely fresh host ids; refuses (naming the rows) if any position is stale."""
+        return cls(host.ids.to(device, non_blocking=True), vocab_size, _ISSUE_KEY)
+
+    @property
+    def ids(self) -> torch.Tensor:
+        """``[num_tokens]`` int32/int64 ids on the execution device."""
+        return self._ids
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def device(self) -> torch.device:
+        return self._ids.device
+
+    @property
+    def num_tokens(self) -> int:
+        return self._ids.shape[0]
+
+    def __repr__(self) -> str:
+        return f"DeviceTokens(num_tokens={self.num_tokens}, device={self.device}, dtype={self._ids.dtype})"

@@ -1,0 +1,208 @@
+"""The model registry: which factory serves an architecture, and whether it honours device ids.
+
+Models register themselves (``tokenstate.models`` on import; third-party packages through the
+``tokenstate.models`` entry-point group, loaded on first lookup) — the runtime never imports a model
+package by name. ``honors_device_token_ids`` is the opt-in the runner acts on: only a forward whose
+factory declared it receives :class:`~tokenstate.contracts.DeviceTokens` on a step with spliced rows.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from tokenstate.contracts import ConfigError, ContractDefinitionError, EntryPoint
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "ModelFactory",
+    "ServableModel",
+    "factories",
+    "load_plugins",
+    "register",
+    "resolve",
+    "resolve_preset",
+    "unregister",
+]
+
+ENTRY_POINT_GROUP = "tokenstate.models"
+
+
+@runtime_checkable
+class ServableModel(Protocol):
+    """What the runner needs from a built model (besides the factory's forward)."""
+
+    vocab_size: int
+    max_model_len: int
+    eos_token_id: int | None
+
+    def allocate_slots(self, num_slots: int) -> None:
+        """Allocate per-slot KV/recurrent state for ``num_slots`` requests on the model's device."""
+
+    def reset_slot(self, slot: int) -> None:
+        """Re-seed one slot's state; called when a request is admitted (or re-admitted) to it."""
+
+
+@dataclass(frozen=True, eq=False)
+class ModelFactory:
+    """How to build, load and run one family of architectures.
+
+    Attributes:
+        architectures: HF ``architectures`` names served (``config.json``'s ``architectures[0]``).
+        forward: the checked entry point, called as ``forward(model, inp: ForwardInput)`` and
+            returning float logits ``[num_logits, vocab]``.
+        build: ``build(config: dict, *, device, seed) -> model`` — a model with seeded random weights
+            from an HF-style config dict (validated before anything is allocated).
+        load: ``load(path, *, device) -> model`` — an HF-format directory (config.json + safetensors).
+        save: ``save(model, path)`` — write an HF-format directory.
+        honors_device_token_ids: the forward reads ``inp.device_tokens`` whenever present.
+        presets: embedded default configs by name (e.g. ``tiny-llama``), built with ``preset_seed``.
+        supports_speculative: whether the model's state can roll back rejected draft tokens.
+        name: a display name (defaults to the first architecture).
+    """
+
+    architectures: tuple[str, ...]
+    forward: EntryPoint
+    build: Callable[..., Any]
+    load: Callable[..., Any] | None = None
+    save: Callable[..., None] | None = None
+    honors_device_token_ids: bool = False
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    preset_seed: int = 0
+    supports_speculative: bool = False
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.architectures, str) or not self.architectures:
+            raise ContractDefinitionError(
+                f"ModelFactory.architectures must be a non-empty tuple of names, got {self.architectures!r}."
+            )
+        object.__setattr__(self, "architectures", tuple(self.architectures))
+        if not self.name:
+            object.__setattr__(self, "name", self.architectures[0])
+        if not isinstance(self.forward, EntryPoint):
+            raise ContractDefinitionError(
+                f"ModelFactory {self.name}: forward {self.forward!r} is not a checked entry point; "
+                "decorate it with @tokenstate.contracts.entry_point."
+            )
+        if not isinstance(self.honors_device_token_ids, bool):
+            raise ContractDefinitionError(
+                f"ModelFactory {self.name}: honors_device_token_ids must be a bool, got "
+                f"{self.honors_device_token_ids!r}."
+            )
+        if not callable(self.build):
+            raise ContractDefinitionError(f"ModelFactory {self.name}: build must be callable.")
+
+    def build_preset(self, preset: str, *, device: torch.device | str = "cpu") -> Any:
+        """Build an embedded default model (deterministic weights from ``preset_seed``)."""
+        return self.build(dict(self.presets[preset]), device=torch.device(device), seed=self.preset_seed)
+
+
+_lock = threading.RLock()
+_by_architecture: dict[str, ModelFactory] = {}
+_by_preset: dict[str, ModelFactory] = {}
+_plugins_loaded = False
+
+
+def register(factory: ModelFactory) -> ModelFactory:
+    """Register a factory for all its architectures and presets; duplicates are refused."""
+    if not isinstance(factory, ModelFactory):
+        raise ContractDefinitionError(f"register() takes a ModelFactory, got {type(factory).__name__}.")
+    with _lock:
+        for arch in factory.architectures:
+            other = _by_architecture.get(arch)
+            if other is not None and other is not factory:
+                raise ContractDefinitionError(
+                    f"architecture {arch!r} is already served by factory {other.name!r}; unregister it "
+                    "first or give the new factory another architecture name."
+                )
+        for preset in factory.presets:
+            other = _by_preset.get(preset) or _by_architecture.get(preset)
+            if other is not None and other is not factory:
+                raise ContractDefinitionError(
+                    f"preset name {preset!r} is already taken by factory {other.name!r}."
+                )
+        for arch in factory.architectures:
+            _by_architecture[arch] = factory
+        for preset in factory.presets:
+            _by_preset[preset] = factory
+    return factory
+
+
+def unregister(factory: ModelFactory) -> None:
+    """Remove a factory (tests and plugins that replace a model)."""
+    with _lock:
+        for table in (_by_architecture, _by_preset):
+            for key in [k for k, v in table.items() if v is factory]:
+                del table[key]
+
+
+def load_plugins() -> None:
+    """Import every module advertised in the ``tokenstate.models`` entry-point group, once."""
+    global _plugins_loaded
+    with _lock:
+        if _plugins_loaded:
+            return
+        _plugins_loaded = True
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                ep.load()
+            except Exception as exc:
+                raise ContractDefinitionError(
+                    f"model plugin {ep.name!r} ({ep.value}) failed to import: {exc}"
+                ) from exc
+
+
+def factories() -> list[ModelFactory]:
+    """All registered factories, each once, in registration order."""
+    load_plugins()
+    with _lock:
+        return list(dict.fromkeys(_by_architecture.values()))
+
+
+def _known() -> str:
+    return ", ".join(sorted(_by_architecture)) or "(none)"
+
+
+def resolve(architecture: str) -> ModelFactory:
+    """The factory serving an architecture name (``LlamaForCausalLM``) or a preset (``tiny-llama``)."""
+    load_plugins()
+    with _lock:
+        factory = _by_architecture.get(architecture) or _by_preset.get(architecture)
+        if factory is None:
+            raise ConfigError(
+                f"unknown architecture or model {architecture!r}; registered architectures: {_known()}; "
+                f"presets: {', '.join(sorted(_by_preset)) or '(none)'}. Register a ModelFactory, or "
+                "pass a path to an HF-format directory."
+            )
+        return factory
+
+
+def resolve_preset(name: str) -> ModelFactory | None:
+    """The factory that embeds preset ``name``, or ``None``."""
+    load_plugins()
+    with _lock:
+        return _by_preset.get(name)
+
+
+def architecture_of(path: Path) -> str:
+    """``architectures[0]`` of an HF-format directory's config.json (clear error if missing)."""
+    import json
+
+    config_file = Path(path) / "config.json"
+    if not config_file.is_file():
+        raise ConfigError(f"{path}: no config.json; expected an HF-format model directory.")
+    try:
+        config = json.loads(config_file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{config_file}: not valid JSON ({exc}).") from exc
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    if not archs or not isinstance(archs, list) or not isinstance(archs[0], str):
+        raise ConfigError(f"{config_file}: needs an 'architectures' list naming the model class.")
+    return archs[0]
