@@ -1,0 +1,55 @@
+"""The ``tokenstate`` command line.
+
+Every subcommand lives in its own small module and is registered here; errors become one clear
+line plus a hint (``--debug`` shows the traceback), never an internal traceback by default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+
+from tokenstate.contracts import TokenStateError
+
+__all__ = ["build_parser", "main"]
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from tokenstate.runtime.demo import run_demo
+
+    return run_demo()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tokenstate",
+        description="Prove that every registered forward honours device token ids: routing checker, "
+        "async-vs-sync token gate and the spec ledger.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    demo = sub.add_parser(
+        "demo", help="show the stale-host-ids contract at work: a stale read refused, checks passing"
+    )
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except TokenStateError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"tokenstate {args.command}: error: {exc}", file=sys.stderr)
+        print("hint: run with --debug for the traceback; see `tokenstate --help`.", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

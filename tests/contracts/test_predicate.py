@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+from tokenstate.contracts import ContractViolation, spliced_rows, stale_position_mask
+
+from .conftest import i32
+
+
+def test_spliced_iff_seq_len_exceeds_prefill_len():
+    assert spliced_rows(i32([5, 6, 4]), i32([5, 5, 5])).tolist() == [False, True, False]
+
+
+def test_chunk_completing_prefill_is_not_spliced():
+    # A prompt of 8 split into chunks 5 + 3: the completing chunk has seq_len == prefill_len.
+    mask = stale_position_mask(i32([0, 3]), i32([8]), i32([8]))
+    assert not mask.any()
+
+
+def test_only_the_last_position_of_a_decode_row_is_stale():
+    mask = stale_position_mask(i32([0, 2, 3]), i32([2, 10]), i32([2, 9]))
+    assert mask.tolist() == [False, False, True]
+
+
+def test_draft_positions_are_stale_too():
+    # One decode row with 2 drafts: last sampled + 2 drafts = 3 stale positions.
+    mask = stale_position_mask(i32([0, 3]), i32([12]), i32([9]), i32([2]))
+    assert mask.tolist() == [True, True, True]
+
+
+def test_empty_rows_never_reach_a_neighbour():
+    mask = stale_position_mask(i32([0, 0, 1, 1]), i32([5, 6, 7]), i32([4, 5, 6]))
+    assert mask.tolist() == [True]
+
+
+def test_row_order_does_not_matter():
+    qsl, seq, pre = i32([0, 1, 4]), i32([10, 3]), i32([9, 7])
+    forward = stale_position_mask(qsl, seq, pre)
+    backward = stale_position_mask(i32([0, 3, 4]), seq.flip(0), pre.flip(0))
+    assert forward.tolist() == [True, False, False, False]
+    assert backward.tolist() == [False, False, False, True]
+
+
+def test_shape_mismatch_is_a_contract_violation():
+    with pytest.raises(ContractViolation, match=r"seq_lens and prefill_lens must both be \[num_rows\]"):
+        spliced_rows(i32([1, 2]), i32([1]))
+    with pytest.raises(ContractViolation, match=r"query_start_loc must be \[num_rows \+ 1\] = \[3\]"):
+        stale_position_mask(i32([0, 1]), i32([1, 2]), i32([1, 2]))
+
+
+def _predicate_comparisons(tree: ast.AST) -> list[int]:
+    """Line numbers of ``seq_len(s) <op> prefill_len(s)`` comparisons outside Triton-jitted functions."""
+
+    def names(node: ast.AST) -> set[str]:
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+            n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+        }
+
+    hits: list[int] = []
+
+    def visit(node: ast.AST, in_jit: bool) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            in_jit = in_jit or any("jit" in ast.unparse(d) for d in node.decorator_list)
+        ordering = (ast.Gt, ast.GtE, ast.Lt, ast.LtE)
+        if isinstance(node, ast.Compare) and not in_jit and any(isinstance(o, ordering) for o in node.ops):
+            sides = [names(node.left), *(names(c) for c in node.comparators)]
+            has = lambda key: any(any(key in name for name in side) for side in sides)  # noqa: E731
+            if has("seq_len") and has("prefill_len"):
+                hits.append(node.lineno)
+        for child in ast.iter_child_nodes(node):
+            visit(child, in_jit)
+
+    visit(tree, False)
+    return hits
+
+
+def test_predicate_is_defined_once_in_python():
+    """DESIGN §3: exactly one Python definition of the row predicate (Triton's copy is pinned)."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    hits = [
+        (str(p.relative_to(root)), line)
+        for folder in ("contracts", "runtime", "models", "src")
+        for p in sorted((root / folder).rglob("*.py"))
+        for line in _predicate_comparisons(ast.parse(p.read_text()))
+    ]
+    assert [path for path, _ in hits] == ["contracts/predicate.py"], hits
