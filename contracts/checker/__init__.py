@@ -1,0 +1,64 @@
+"""The routing checker: does every registered forward embed device token ids?
+
+It reads source with the standard ``ast`` module — it never imports or runs the analysed code —
+starting from each registered forward entry point, and follows every route interprocedurally:
+direct calls, methods through the class hierarchy (``self.`` calls, attributes holding sub-modules,
+``super()``), module aliases and re-exports, class aliases, ``functools.partial``, containers of
+modules (``nn.ModuleList``, ``nn.Sequential``, dicts), and context managers that publish token ids
+to a deep consumer (scopes: ``ContextVar``, ``threading.local``, class attributes, module globals,
+module-level stacks). Each entry point gets a :class:`Verdict` and, for every embedding it reaches,
+a :class:`Route` ``entry → … → sink`` with file:line.
+
+Use :func:`check_entry_points` on :class:`EntryTarget` s; ``tokenstate check`` (in
+``tokenstate.runtime.routing_check``) builds the targets from the model registry.
+"""
+
+from tokenstate.contracts.checker.config import (
+    DEFAULT_SINKS as DEFAULT_SINKS,
+)
+from tokenstate.contracts.checker.config import (
+    CheckerConfig as CheckerConfig,
+)
+from tokenstate.contracts.checker.config import (
+    SinkSpec as SinkSpec,
+)
+from tokenstate.contracts.checker.engine import check_entry_points as check_entry_points
+from tokenstate.contracts.checker.grep_baseline import (
+    grep_verdict as grep_verdict,
+)
+from tokenstate.contracts.checker.grep_baseline import (
+    misclassified as misclassified,
+)
+from tokenstate.contracts.checker.report import (
+    CheckReport as CheckReport,
+)
+from tokenstate.contracts.checker.report import (
+    EntryResult as EntryResult,
+)
+from tokenstate.contracts.checker.report import (
+    EntryTarget as EntryTarget,
+)
+from tokenstate.contracts.checker.report import (
+    Hop as Hop,
+)
+from tokenstate.contracts.checker.report import (
+    Route as Route,
+)
+from tokenstate.contracts.checker.report import (
+    Verdict as Verdict,
+)
+
+__all__ = [
+    "DEFAULT_SINKS",
+    "CheckReport",
+    "CheckerConfig",
+    "EntryResult",
+    "EntryTarget",
+    "Hop",
+    "Route",
+    "SinkSpec",
+    "Verdict",
+    "check_entry_points",
+    "grep_verdict",
+    "misclassified",
+]

@@ -1,0 +1,111 @@
+"""Branch conditions the analysis understands, and what each branch may then assume.
+
+Two kinds of facts matter for routing:
+
+* **freshness** — under ``inp.device_tokens is None`` (or ``not inp.has_stale_rows``) there are no
+  device ids and no placeholders, so reading host ids there is legitimate;
+* **narrowing** — under ``isinstance(self.mixer, Mamba2Mixer)`` the attribute holds only the
+  matching alternatives, so a hybrid model's per-layer dispatch is not mixed up across layer kinds.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING, NamedTuple
+
+from tokenstate.contracts.checker.frame import Frame
+from tokenstate.contracts.checker.values import (
+    Bound,
+    ClassRef,
+    Input,
+    Instance,
+    Seq,
+    Tokens,
+    Value,
+    join,
+)
+
+if TYPE_CHECKING:
+    from tokenstate.contracts.checker.engine import Analyzer
+
+__all__ = ["Facts", "GuardMixin", "expression_path"]
+
+
+class Facts(NamedTuple):
+    """What holds on one side of a condition."""
+
+    fresh: bool
+    narrow: dict[str, Value]
+
+
+_NOTHING = Facts(False, {})
+
+
+def expression_path(node: ast.expr) -> str | None:
+    """``self.mixer`` → ``"self.mixer"``; None for anything but names and attribute chains."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = expression_path(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+class GuardMixin:
+    def guard(self: Analyzer, frame: Frame, test: ast.expr) -> tuple[Facts, Facts]:
+        """Facts when ``test`` is true, and when it is false (the test itself is evaluated)."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            when_true, when_false = self.guard(frame, test.operand)
+            return when_false, when_true
+        if isinstance(test, ast.BoolOp):
+            parts = [self.guard(frame, v) for v in test.values]
+            conj = isinstance(test.op, ast.And)
+            sure = [p[0] if conj else p[1] for p in parts]  # facts of the side where all parts agree
+            some = [p[1] if conj else p[0] for p in parts]
+            combined = Facts(any(f.fresh for f in sure), {k: v for f in sure for k, v in f.narrow.items()})
+            either = Facts(all(f.fresh for f in some), {})
+            return (combined, either) if conj else (either, combined)
+        if (
+            isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
+        ):
+            if self.eval(frame, test.left) == Tokens("device"):
+                is_none = isinstance(test.ops[0], ast.Is | ast.Eq)
+                return Facts(is_none, {}), Facts(not is_none, {})
+            return _NOTHING, _NOTHING
+        if (
+            isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"
+            and len(test.args) == 2
+        ):
+            return self.isinstance_facts(frame, test.args[0], test.args[1])
+        value = self.eval(frame, test)
+        if value in (Tokens("device"),):
+            return _NOTHING, Facts(True, {})
+        if value in (Bound(Input(), "has_stale_rows"), Bound(Tokens("host"), "has_stale")):
+            return _NOTHING, Facts(True, {})
+        return _NOTHING, _NOTHING
+
+    def isinstance_facts(self: Analyzer, frame: Frame, subject: ast.expr, classes: ast.expr) -> tuple[Facts, Facts]:
+        path = expression_path(subject)
+        value = self.eval(frame, subject)
+        wanted = self.eval(frame, classes)
+        refs = [c for c in (wanted.items or () if isinstance(wanted, Seq) else (wanted,)) if isinstance(c, ClassRef)]
+        if path is None or not refs:
+            return _NOTHING, _NOTHING
+        infos = {r.info for r in refs}
+        matching, other = [], []
+        for option in getattr(value, "options", (value,)):
+            if isinstance(option, Instance):
+                (matching if infos & set(self.mro(option.info)) else other).append(option)
+            else:  # unknown or external: may or may not be an instance
+                matching.append(option)
+                other.append(option)
+        return Facts(False, {path: join(*matching)}), Facts(False, {path: join(*other)})
+
+    def with_facts(self: Analyzer, frame: Frame, facts: Facts) -> tuple[bool, dict[str, Value]]:
+        """Apply ``facts`` to ``frame``; returns what to restore."""
+        saved = (frame.fresh, frame.narrow)
+        frame.fresh = frame.fresh or facts.fresh
+        if facts.narrow:
+            frame.narrow = {**frame.narrow, **facts.narrow}
+        return saved

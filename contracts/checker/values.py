@@ -1,0 +1,305 @@
+"""Abstract values of the routing analysis: what a Python expression may hold, as far as token ids go.
+
+The analysis only needs to know (a) where token ids come from and (b) which code a call reaches, so
+the lattice is small: plain data without token ids is :data:`OPAQUE`; token-id tensors are
+:class:`Ids` carrying their origins; objects the analysis can follow (functions, classes, instances
+of analysed classes, modules, partials, containers, scope cells) are their own values; anything it
+could not resolve is :class:`Unknown`, with the reason. Alternatives join into :class:`Alt`.
+Every value is immutable and hashable because it is part of the memo key of a function summary.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+__all__ = [
+    "OPAQUE",
+    "Alt",
+    "Bound",
+    "Cell",
+    "ClassInfo",
+    "ClassRef",
+    "External",
+    "Func",
+    "FuncInfo",
+    "GenCM",
+    "Ids",
+    "Input",
+    "Instance",
+    "MapV",
+    "ModuleRef",
+    "Opaque",
+    "Origin",
+    "Partial",
+    "Seq",
+    "Super",
+    "Tokens",
+    "Unknown",
+    "Value",
+    "carries_tokens",
+    "has_ids",
+    "join",
+    "taint",
+]
+
+# Reading these off a token-id tensor gives metadata, not ids.
+METADATA_ATTRS = frozenset(
+    {"shape", "dtype", "device", "size", "numel", "dim", "ndim", "is_cuda", "nelement", "stride",
+     "element_size", "data_ptr", "is_contiguous", "requires_grad", "layout"}
+)
+
+
+class Value:
+    """Base of every abstract value."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Opaque(Value):
+    """Data that holds no token ids (hidden states, positions, configs, None...)."""
+
+
+OPAQUE = Opaque()
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown(Value):
+    """A value the analysis could not resolve; reaching a sink or a call with token ids, it is reported."""
+
+    reason: str
+    file: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where token ids were read: ``kind`` is device | host | host_fresh | host_raw."""
+
+    kind: str
+    what: str
+    file: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ids(Value):
+    """A tensor derived from token ids read at ``origins``."""
+
+    origins: frozenset[Origin]
+
+
+@dataclass(frozen=True, slots=True)
+class Input(Value):
+    """The step's ``ForwardInput``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens(Value):
+    """``inp.device_tokens`` (kind ``device``) or ``inp.host_tokens`` (kind ``host``)."""
+
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class FuncInfo:
+    """A function (or lambda) in analysed source; identity is module + qualname + line."""
+
+    module: str
+    qualname: str
+    line: int
+    file: str = field(compare=False)
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda = field(compare=False, repr=False)
+    owner: ClassInfo | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClassInfo:
+    """A class in analysed source."""
+
+    module: str
+    qualname: str
+    line: int
+    file: str = field(compare=False)
+    node: ast.ClassDef = field(compare=False, repr=False)
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.module}.{self.qualname}"
+
+
+@dataclass(frozen=True, slots=True)
+class Func(Value):
+    """A function value; ``bound`` is its receiver for methods, ``closure`` the enclosing locals."""
+
+    info: FuncInfo
+    bound: Value | None = None
+    closure: tuple[tuple[str, Value], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClassRef(Value):
+    info: ClassInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Instance(Value):
+    """An instance of an analysed class with the fields its constructor assigned."""
+
+    info: ClassInfo
+    fields: tuple[tuple[str, Value], ...] = ()
+
+    def field(self, name: str) -> Value | None:
+        for key, value in self.fields:
+            if key == name:
+                return value
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleRef(Value):
+    """An analysed module (its globals are resolved from source)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class External(Value):
+    """Something from outside the analysed modules, by dotted name (``torch.nn.Embedding``)."""
+
+    dotted: str
+    instance: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Bound(Value):
+    """Attribute ``name`` of a value the analysis models itself (a tensor method, ``cell.set``...)."""
+
+    base: Value
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Partial(Value):
+    target: Value
+    args: tuple[Value, ...]
+    kwargs: tuple[tuple[str, Value], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Seq(Value):
+    """A list/tuple/ModuleList (``items`` when known) or ``nn.Sequential`` (``pipeline``)."""
+
+    items: tuple[Value, ...] | None
+    elem: Value
+    pipeline: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MapV(Value):
+    """A dict/ModuleDict: any lookup may give any of its values."""
+
+    values: Value
+
+
+@dataclass(frozen=True, slots=True)
+class Cell(Value):
+    """A scope store: a ContextVar, a threading.local, or a module-level stack list."""
+
+    name: str
+    kind: str  # cvar | local | stack
+
+
+@dataclass(frozen=True, slots=True)
+class GenCM(Value):
+    """The context manager returned by a ``@contextmanager`` function, not yet entered."""
+
+    func: Func
+    args: tuple[Value, ...]
+    kwargs: tuple[tuple[str, Value], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Super(Value):
+    """``super()`` inside a method of ``info``, for ``receiver``."""
+
+    info: ClassInfo
+    receiver: Value
+
+
+@dataclass(frozen=True, slots=True)
+class Alt(Value):
+    """One of several values (branches, loop iterations, heterogeneous containers)."""
+
+    options: frozenset[Value]
+
+
+def join(*values: Value | None) -> Value:
+    """The least value covering all ``values``; plain data is dropped next to anything richer."""
+    options: set[Value] = set()
+    origins: set[Origin] = set()
+    for value in values:
+        if value is None:
+            continue
+        for option in value.options if isinstance(value, Alt) else (value,):
+            if isinstance(option, Ids):
+                origins |= option.origins
+            else:
+                options.add(option)
+    if origins:
+        options.add(Ids(frozenset(origins)))
+    if len(options) > 1:
+        options.discard(OPAQUE)
+    if not options:
+        return OPAQUE
+    if len(options) == 1:
+        return options.pop()
+    return Alt(frozenset(options))
+
+
+def taint(value: Value) -> Value:
+    """What flows from ``value`` into a tensor computed from it: its token ids and its unknowns."""
+    if isinstance(value, Ids | Unknown):
+        return value
+    if isinstance(value, Tokens):
+        kind = "device" if value.kind == "device" else "host"
+        return Ids(frozenset({Origin(kind, f"inp.{value.kind}_tokens", "", 0)}))
+    if isinstance(value, Alt):
+        return join(*(taint(v) for v in value.options))
+    if isinstance(value, Seq):
+        return join(*(taint(v) for v in value.items or ()), taint(value.elem))
+    if isinstance(value, MapV):
+        return taint(value.values)
+    if isinstance(value, Bound) and value.name not in METADATA_ATTRS:
+        return taint(value.base)
+    return OPAQUE
+
+
+def has_ids(value: Value) -> bool:
+    """Whether token ids flow from ``value``."""
+    flowing = taint(value)
+    return isinstance(flowing, Ids) or (
+        isinstance(flowing, Alt) and any(isinstance(v, Ids) for v in flowing.options)
+    )
+
+
+def carries_tokens(value: Value) -> bool:
+    """Whether ``value`` holds token ids or the objects that hand them out."""
+    if isinstance(value, Ids | Input | Tokens):
+        return True
+    if isinstance(value, Alt):
+        return any(carries_tokens(v) for v in value.options)
+    if isinstance(value, Seq):
+        return any(carries_tokens(v) for v in value.items or ()) or carries_tokens(value.elem)
+    if isinstance(value, MapV):
+        return carries_tokens(value.values)
+    if isinstance(value, Instance):
+        return any(carries_tokens(v) for _, v in value.fields)
+    if isinstance(value, Partial):
+        return any(carries_tokens(v) for v in value.args) or any(carries_tokens(v) for _, v in value.kwargs)
+    return False

@@ -1,0 +1,52 @@
+"""The library-use example runs in CI: the right forward works, the buggy one is caught."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from my_engine import engine, model  # noqa: E402
+
+from tokenstate.contracts import StaleHostTokensError  # noqa: E402
+
+PROMPTS = [[3, 9, 12], [7, 1], [40, 41, 42, 43, 5]]
+
+
+def _reference(prompts, max_tokens):
+    """Plain greedy decoding without any async splice: the tokens the engine must reproduce."""
+    import torch
+
+    lm = model.TinyRecurrentLM()
+    out = []
+    with torch.no_grad():
+        for slot, prompt in enumerate(prompts):
+            h = torch.zeros(lm.mix.shape[0])
+            tokens = list(prompt)
+            generated = []
+            for t in range(len(prompt) + max_tokens - 1):
+                h = torch.tanh(lm.embed[tokens[t]] + h @ lm.mix)
+                if t >= len(prompt) - 1:
+                    nxt = int((h @ lm.head).argmax())
+                    generated.append(nxt)
+                    tokens.append(nxt)
+            out.append(generated)
+    return out
+
+
+def test_engine_with_contract_checked_forward_matches_plain_decoding():
+    import torch
+
+    with torch.no_grad():
+        got = engine.generate(model.forward, model.TinyRecurrentLM(), PROMPTS, max_tokens=6)
+    assert got == _reference(PROMPTS, 6)
+
+
+def test_engine_catches_a_forward_that_embeds_stale_host_ids():
+    import torch
+
+    with torch.no_grad(), pytest.raises(StaleHostTokensError, match=r"rows \[0, 1, 2\]"):
+        engine.generate(model.forward_reads_host, model.TinyRecurrentLM(), PROMPTS, max_tokens=6)

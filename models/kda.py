@@ -1,0 +1,211 @@
+"""KDA (Kimi Delta Attention): Kimi-Linear's linear-attention mixer, with per-slot state.
+
+Per head, with key channels ``i`` and value channels ``j``, for each token ``t``::
+
+    q, k, v   = silu(short causal depthwise conv over time of (W_q x, W_k x, W_v x))
+    q, k      = l2-normalised per head; q scaled by d_k ** -0.5
+    g_t       = -exp(A_log) * softplus(W_fb W_fa x_t + dt_bias)     # per key channel, <= 0
+    beta_t    = sigmoid(W_b x_t)                                     # per head write strength
+    S         = diag(exp(g_t)) S                                     # per-channel forgetting
+    S         = S + beta_t * k_t (v_t - S^T k_t)^T                   # delta rule
+    o_t       = S^T q_t
+    y_t       = W_o [rmsnorm(o_t) * sigmoid(W_gb W_ga x_t)]          # gated per-head norm
+
+State kept per slot: the last ``K - 1`` conv inputs and ``S`` (float32, it accumulates over the whole
+request). Both continue across chunked-prefill steps; ``reset_slot`` zeroes them on admission.
+Parameter names are the HF checkpoint names (``q_conv1d`` etc. are fused into ``conv_weight`` and
+split again by the weight map in :mod:`tokenstate.models.kimi_linear`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tokenstate.contracts import ConfigError, ContractViolation, ForwardInput, RowSpan
+
+__all__ = ["KimiDeltaAttention", "RecurrentGroup", "delta_rule_scan", "recurrent_groups", "short_conv"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecurrentGroup:
+    """Rows of one step that have the same query length, advanced by one batched scan.
+
+    A recurrence cannot pad a row (a padding token would enter the state), so rows are grouped by
+    exact length instead: all decode rows form one group of length 1; a prefill chunk usually forms
+    its own group, addressed by slices (no index upload at all).
+    """
+
+    length: int
+    num_rows: int
+    tokens: Tensor | slice  # [num_rows * length] int64 flat token indices, row-major (or a slice)
+    slots: Tensor | slice  # [num_rows] int64 slots (or slice(slot, slot + 1))
+
+
+def recurrent_groups(inp: ForwardInput, *, num_slots: int) -> tuple[RecurrentGroup, ...]:
+    """Group the step's rows by query length; index tensors go up in one pinned, non-blocking copy."""
+    bad = [r for r in inp.layout.rows if not 0 <= r.slot < num_slots]
+    if bad:
+        raise ContractViolation(
+            f"rows {[r.row for r in bad]} use slots {[r.slot for r in bad]}, outside the {num_slots} "
+            "allocated slots; call model.allocate_slots with enough slots."
+        )
+    by_length: dict[int, list[RowSpan]] = {}
+    for row in inp.layout.rows:
+        by_length.setdefault(row.query_len, []).append(row)
+    host: list[Tensor] = []
+    for rows in by_length.values():
+        if len(rows) > 1:
+            host.append(torch.tensor([t for r in rows for t in range(r.start, r.end)]))  # [G * L]
+            host.append(torch.tensor([r.slot for r in rows]))  # [G]
+    moved: list[Tensor] = []
+    if host:
+        packed = torch.cat(host)  # [sum] int64
+        if inp.device.type != "cpu":
+            packed = packed.pin_memory().to(inp.device, non_blocking=True)
+        moved = list(packed.split([h.numel() for h in host]))
+    groups, taken = [], 0
+    for length, rows in by_length.items():
+        if len(rows) == 1:
+            r = rows[0]
+            groups.append(RecurrentGroup(length, 1, slice(r.start, r.end), slice(r.slot, r.slot + 1)))
+        else:
+            groups.append(RecurrentGroup(length, len(rows), moved[taken], moved[taken + 1]))
+            taken += 2
+    return tuple(groups)
+
+
+def short_conv(
+    x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Causal depthwise conv + silu of rows that all have ``L`` new tokens.
+
+    Args:
+        x: ``[rows, channels, L]`` new inputs.
+        conv_state: ``[rows, channels, K - 1]`` the inputs before them (zeros on a fresh slot).
+        weight: ``[channels, K]`` per-channel taps, oldest first.
+
+    Returns:
+        ``[rows, channels, L]`` activated outputs and the new ``[rows, channels, K - 1]`` state.
+    """
+    window = torch.cat([conv_state, x], dim=-1)  # [rows, channels, K - 1 + L]
+    out = F.conv1d(window, weight.unsqueeze(1), groups=weight.shape[0])  # [rows, channels, L]
+    return F.silu(out), window[..., window.shape[-1] - conv_state.shape[-1] :]
+
+
+def delta_rule_scan(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gated delta rule over ``L`` steps for a batch of rows (float32 throughout).
+
+    Args:
+        q, k: ``[rows, L, heads, d_k]`` (already normalised; q already scaled).
+        v: ``[rows, L, heads, d_v]``.
+        g: ``[rows, L, heads, d_k]`` log decay per key channel.
+        beta: ``[rows, L, heads]`` write strength.
+        state: ``[rows, heads, d_k, d_v]`` state before the first step.
+
+    Returns:
+        ``[rows, L, heads, d_v]`` outputs and the ``[rows, heads, d_k, d_v]`` state after the last step.
+    """
+    outputs = []
+    decay = g.exp().unsqueeze(-1)  # [rows, L, heads, d_k, 1]
+    for t in range(q.shape[1]):
+        state = state * decay[:, t]
+        k_t = k[:, t]  # [rows, heads, d_k]
+        recalled = torch.einsum("rhk,rhkv->rhv", k_t, state)  # [rows, heads, d_v]
+        correction = (v[:, t] - recalled) * beta[:, t].unsqueeze(-1)  # [rows, heads, d_v]
+        state = state + k_t.unsqueeze(-1) * correction.unsqueeze(-2)
+        outputs.append(torch.einsum("rhk,rhkv->rhv", q[:, t], state))
+    return torch.stack(outputs, dim=1), state
+
+
+def _l2_normalise(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    # eps inside the square root (not a max() floor), as the reference FLA kernels do.
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+class KimiDeltaAttention(nn.Module):
+    """One KDA layer; per-slot conv and recurrent state are sized by :meth:`allocate_slots`."""
+
+    def __init__(
+        self, hidden_size: int, num_heads: int, head_dim: int, conv_kernel: int, rms_norm_eps: float
+    ) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.conv_kernel = conv_kernel
+        self.rms_norm_eps = rms_norm_eps
+        inner = num_heads * head_dim
+        self.q_proj = nn.Linear(hidden_size, inner, bias=False)
+        self.k_proj = nn.Linear(hidden_size, inner, bias=False)
+        self.v_proj = nn.Linear(hidden_size, inner, bias=False)
+        self.conv_weight = nn.Parameter(torch.empty(3 * inner, conv_kernel))  # [q|k|v channels, K]
+        self.f_a_proj = nn.Linear(hidden_size, head_dim, bias=False)
+        self.f_b_proj = nn.Linear(head_dim, inner, bias=False)
+        self.dt_bias = nn.Parameter(torch.empty(inner))  # [heads * d_k]
+        self.A_log = nn.Parameter(torch.empty(1, 1, num_heads, 1))  # the HF checkpoint's shape
+        self.b_proj = nn.Linear(hidden_size, num_heads, bias=False)
+        self.g_a_proj = nn.Linear(hidden_size, head_dim, bias=False)
+        self.g_b_proj = nn.Linear(head_dim, inner, bias=False)
+        self.o_norm_weight = nn.Parameter(torch.ones(head_dim))  # [d_v]; saved as o_norm.weight
+        self.o_proj = nn.Linear(inner, hidden_size, bias=False)
+        # Runtime state, not weights (kept out of the state dict): set by allocate_slots.
+        self.conv_state: Tensor | None = None  # [num_slots, 3 * inner, K - 1]
+        self.recurrent_state: Tensor | None = None  # [num_slots, heads, d_k, d_v] float32
+
+    def allocate_slots(self, num_slots: int) -> None:
+        w = self.q_proj.weight
+        inner = self.num_heads * self.head_dim
+        self.conv_state = w.new_zeros(num_slots, 3 * inner, self.conv_kernel - 1)
+        self.recurrent_state = torch.zeros(
+            num_slots, self.num_heads, self.head_dim, self.head_dim, dtype=torch.float32, device=w.device
+        )
+
+    def reset_slot(self, slot: int) -> None:
+        if self.conv_state is not None and self.recurrent_state is not None:
+            self.conv_state[slot].zero_()
+            self.recurrent_state[slot].zero_()
+
+    def forward(self, x: Tensor, groups: tuple[RecurrentGroup, ...]) -> Tensor:
+        """``x``: ``[num_tokens, hidden]`` (normed input) → ``[num_tokens, hidden]``."""
+        conv_state, recurrent_state = self.conv_state, self.recurrent_state
+        if conv_state is None or recurrent_state is None:
+            raise ConfigError("KDA layer has no state: call model.allocate_slots(num_slots) first.")
+        n, heads, d = x.shape[0], self.num_heads, self.head_dim
+        mixed = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)  # [T, 3 * inner]
+        log_decay = -self.A_log.view(heads, 1).float().exp() * F.softplus(
+            (self.f_b_proj(self.f_a_proj(x)).float() + self.dt_bias.float()).view(n, heads, d)
+        )  # [T, heads, d_k]
+        beta = torch.sigmoid(self.b_proj(x).float())  # [T, heads]
+        core = torch.empty(n, heads, d, dtype=torch.float32, device=x.device)  # [T, heads, d_v]
+
+        for group in groups:
+            rows, length = group.num_rows, group.length
+            chunk = mixed[group.tokens].view(rows, length, -1).transpose(1, 2)  # [G, 3 * inner, L]
+            conv_out, conv_state[group.slots] = short_conv(
+                chunk, conv_state[group.slots], self.conv_weight
+            )  # [G, 3 * inner, L]
+            q, k, v = conv_out.transpose(1, 2).float().reshape(rows, length, 3, heads, d).unbind(2)
+            out, recurrent_state[group.slots] = delta_rule_scan(
+                _l2_normalise(q) * d**-0.5,
+                _l2_normalise(k),
+                v,
+                log_decay[group.tokens].view(rows, length, heads, d),
+                beta[group.tokens].view(rows, length, heads),
+                recurrent_state[group.slots],
+            )  # [G, L, heads, d_v]
+            core[group.tokens] = out.reshape(rows * length, heads, d)
+
+        normed = core * torch.rsqrt(core.pow(2).mean(-1, keepdim=True) + self.rms_norm_eps)
+        gate = torch.sigmoid(self.g_b_proj(self.g_a_proj(x)).float()).view(n, heads, d)
+        gated = (normed * self.o_norm_weight.float() * gate).to(x.dtype)  # [T, heads, d_v]
+        return self.o_proj(gated.reshape(n, heads * d))

@@ -1,0 +1,247 @@
+"""NemotronH (``NemotronHForCausalLM``): a hybrid of Mamba2, attention, MLP and MoE layers.
+
+The registered forward opens a :class:`~tokenstate.models.scope.StepScope` that publishes the
+step's token ids — the *device* ids whenever the runner sent them — and the embedding deep inside
+the backbone (:class:`~tokenstate.models.scope.ScopedEmbedding`) consumes that scope instead of
+receiving ids as an argument: the delegation pattern of real engines, which the routing checker
+must see through. Hence ``honors_device_token_ids=True``. Recurrent (conv/SSM) state cannot roll
+back rejected drafts, hence ``supports_speculative=False``.
+
+Checkpoints are NemotronH's HF format: ``backbone.*`` names and one tensor pair per expert
+(``backbone.layers.1.mixer.experts.0.up_proj.weight``), which is what HF writes on save.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import torch
+from jaxtyping import Float
+from tokenstate.contracts import ConfigError, ForwardInput, entry_point
+from tokenstate.models.layers import RMSNorm
+from tokenstate.models.mamba2 import Mamba2Mixer, RecurrentBatch
+from tokenstate.models.nemotron_h_blocks import NemotronHBlock, NemotronHStep
+from tokenstate.models.nemotron_h_config import ARCHITECTURE, parse_nemotron_h_config
+from tokenstate.models.scope import ScopedEmbedding, StepScope
+from tokenstate.models.slot_batch import SlotBatch
+from tokenstate.models.weights import load_state, read_config, save_checkpoint, seeded_init
+from tokenstate.runtime.registry import ModelFactory
+from torch import Tensor, nn
+
+__all__ = [
+    "NEMOTRON_H_FACTORY",
+    "TINY_NEMOTRON_H",
+    "NemotronHBackbone",
+    "NemotronHForCausalLM",
+    "build_nemotron_h",
+    "load_nemotron_h",
+    "nemotron_h_forward",
+    "save_nemotron_h",
+]
+
+INIT_SCALE: Final = 5.0
+"""Random builds draw matrices with ``INIT_SCALE * initializer_range`` std: at HF's default scale a
+tiny model's logits are nearly flat and greedy decoding just repeats the last input token."""
+
+_TIED_HEAD: Final = {"lm_head.weight": "backbone.embeddings.weight"}
+
+
+class NemotronHBackbone(nn.Module):
+    """Scope-fed embedding, the hybrid layers and the final norm (``backbone.*`` parameters)."""
+
+    def __init__(self, s: dict[str, Any]) -> None:
+        super().__init__()
+        self.embeddings = ScopedEmbedding(s["vocab_size"], s["hidden_size"])
+        self.layers = nn.ModuleList(NemotronHBlock(t, s) for t in s["layers_block_type"])
+        self.norm_f = RMSNorm(s["hidden_size"], s["layer_norm_epsilon"])
+        self.max_model_len: int = s["max_position_embeddings"]
+        self.num_slots = 0
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        """``[num_logits, hidden]`` final-normed states at ``inp.logits_indices``."""
+        if self.num_slots == 0:
+            raise ConfigError(
+                "NemotronH has no slots: call model.allocate_slots(num_slots) before forward."
+            )
+        step = NemotronHStep(
+            attention=SlotBatch.from_input(
+                inp, num_slots=self.num_slots, max_model_len=self.max_model_len
+            ),
+            recurrent=RecurrentBatch.from_input(inp),
+        )
+        hidden = self.embeddings()  # [num_tokens, hidden], ids from the open StepScope
+        for layer in self.layers:
+            hidden = layer(hidden, step)
+        return self.norm_f(hidden[inp.logits_indices])
+
+    def allocate_slots(self, num_slots: int) -> None:
+        if not isinstance(num_slots, int) or isinstance(num_slots, bool) or num_slots < 1:
+            raise ConfigError(
+                f"allocate_slots: num_slots must be a positive int, got {num_slots!r}."
+            )
+        for layer in self.layers:
+            layer.allocate_slots(num_slots, self.max_model_len)
+        self.num_slots = num_slots
+
+    def reset_slot(self, slot: int) -> None:
+        if not isinstance(slot, int) or not 0 <= slot < self.num_slots:
+            raise ConfigError(
+                f"reset_slot: slot {slot!r} is outside the {self.num_slots} allocated slots."
+            )
+        for layer in self.layers:
+            layer.reset_slot(slot)
+
+
+class NemotronHForCausalLM(nn.Module):
+    """The backbone plus the LM head (tied to the embedding when the config says so)."""
+
+    def __init__(self, settings: dict[str, Any], hf_config: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.settings = settings
+        self.backbone = NemotronHBackbone(settings)
+        self.lm_head = nn.Linear(settings["hidden_size"], settings["vocab_size"], bias=False)
+        if settings["tie_word_embeddings"]:
+            self.lm_head.weight = self.backbone.embeddings.weight
+        self.hf_config = {**hf_config, "architectures": [ARCHITECTURE], "model_type": "nemotron_h"}
+        self.vocab_size: int = settings["vocab_size"]
+        self.max_model_len: int = settings["max_position_embeddings"]
+        self.eos_token_id: int | None = settings["eos_token_id"]
+        self.requires_grad_(False)  # inference only: state updates must not build autograd graphs
+
+    def compute_logits(self, inp: ForwardInput) -> Tensor:
+        """``[num_logits, vocab]`` float32 logits at ``inp.logits_indices``."""
+        return self.lm_head(self.backbone(inp)).float()
+
+    def allocate_slots(self, num_slots: int) -> None:
+        self.backbone.allocate_slots(num_slots)
+
+    def reset_slot(self, slot: int) -> None:
+        self.backbone.reset_slot(slot)
+
+
+@entry_point(name="NemotronHForCausalLM.forward")
+def nemotron_h_forward(
+    model: NemotronHForCausalLM, inp: ForwardInput
+) -> Float[Tensor, "num_logits vocab"]:
+    """One step: publish the step's ids in a scope, run the backbone, return the logits."""
+    with torch.no_grad(), StepScope(inp):
+        return model.compute_logits(inp)
+
+
+def _aliases(settings: Mapping[str, Any]) -> dict[str, str] | None:
+    return dict(_TIED_HEAD) if settings["tie_word_embeddings"] else None
+
+
+def build_nemotron_h(
+    config: Mapping[str, Any], *, device: torch.device | str = "cpu", seed: int = 0
+) -> NemotronHForCausalLM:
+    """A model with seeded random weights from an HF-style config dict (validated first)."""
+    settings = parse_nemotron_h_config(config)
+    init_range = config.get("initializer_range", 0.02)
+    low = max(settings["time_step_min"], settings["time_step_floor"])
+    high = max(settings["time_step_max"], low)
+    if (
+        isinstance(init_range, bool)
+        or not isinstance(init_range, int | float)
+        or not init_range > 0
+    ):
+        raise ConfigError(f"initializer_range must be a positive number, got {init_range!r}.")
+    if low <= 0:
+        raise ConfigError(
+            "time_step_min and time_step_floor are both 0: a random build draws dt log-uniformly "
+            "from [max(time_step_min, time_step_floor), time_step_max]; make one of them > 0."
+        )
+    with torch.device(device):
+        model = NemotronHForCausalLM(settings, config)
+    seeded_init(model, seed, INIT_SCALE * float(init_range))
+    generator = torch.Generator(device="cpu").manual_seed(seed + 1)
+    with torch.no_grad():
+        for module in model.modules():
+            if not isinstance(module, Mamba2Mixer):
+                continue
+            heads, kernel = module.num_heads, module.conv_kernel
+            module.A_log.copy_(torch.log(torch.arange(1, heads + 1, dtype=torch.float32)))
+            module.D.fill_(1.0)
+            # dt log-uniform in [low, high]; dt_bias is its inverse softplus.
+            u = torch.rand(heads, generator=generator)
+            dt = torch.exp(u * (math.log(high) - math.log(low)) + math.log(low))
+            module.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))
+            bound = kernel**-0.5  # PyTorch's default conv scale: the short conv must not vanish
+            w = (torch.rand(module.conv1d.weight.shape, generator=generator) * 2 - 1) * bound
+            module.conv1d.weight.copy_(w)
+    return model
+
+
+def load_nemotron_h(
+    path: str | Path, *, device: torch.device | str = "cpu"
+) -> NemotronHForCausalLM:
+    """An HF-format NemotronH directory (config.json + safetensors, ``backbone.*`` names)."""
+    config = read_config(path)
+    settings = parse_nemotron_h_config(config)
+    with torch.device(device):
+        model = NemotronHForCausalLM(settings, config)
+    load_state(model, path, aliases=_aliases(settings), model=ARCHITECTURE)
+    return model
+
+
+def save_nemotron_h(model: NemotronHForCausalLM, path: str | Path) -> None:
+    """Write an HF-format directory that ``transformers`` loads as ``NemotronHForCausalLM``."""
+    if not isinstance(model, NemotronHForCausalLM):
+        raise ConfigError(
+            f"save_nemotron_h: expected a NemotronHForCausalLM, got {type(model).__name__}."
+        )
+    # lm_head.weight is written even when tied: HF's NemotronH declares no tied weights, so it
+    # would leave a missing head randomly initialised. safetensors refuses shared storage, so a
+    # tied head is saved from a copy and re-tied afterwards.
+    tied = model.lm_head.weight
+    if model.settings["tie_word_embeddings"]:
+        model.lm_head.weight = nn.Parameter(tied.detach().clone(), requires_grad=False)
+    try:
+        save_checkpoint(model, path, model.hf_config)
+    finally:
+        model.lm_head.weight = tied
+
+
+TINY_NEMOTRON_H: Final[Mapping[str, Any]] = {
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "layers_block_type": ["linear_attention", "mlp", "full_attention", "linear_attention", "moe"],
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "intermediate_size": 128,
+    "mamba_num_heads": 8,
+    "mamba_head_dim": 16,
+    "n_groups": 2,
+    "ssm_state_size": 16,
+    "conv_kernel": 4,
+    "chunk_size": 16,
+    # HF's torch prefill path clamps dt at time_step_min while its decode path does not; we follow
+    # time_step_limit in both. At 0 the two HF paths agree, so this preset is a clean HF oracle.
+    "time_step_min": 0.0,
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "moe_shared_expert_intermediate_size": 64,
+    "max_position_embeddings": 1024,
+    "eos_token_id": 2,
+    "bos_token_id": 1,
+    "pad_token_id": 0,
+}
+"""The ``tiny-nemotron-h`` preset: every layer type, chunked scans past 16 tokens."""
+
+NEMOTRON_H_FACTORY: Final = ModelFactory(
+    architectures=(ARCHITECTURE,),
+    forward=nemotron_h_forward,
+    build=build_nemotron_h,
+    load=load_nemotron_h,
+    save=save_nemotron_h,
+    honors_device_token_ids=True,
+    presets={"tiny-nemotron-h": TINY_NEMOTRON_H},
+    preset_seed=0,
+    supports_speculative=False,
+    name="NemotronH",
+)

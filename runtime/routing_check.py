@@ -1,0 +1,103 @@
+"""``tokenstate check``: run the routing checker over the model registry.
+
+The checker itself (``tokenstate.contracts.checker``) knows nothing of the registry — contracts
+never import runtime — so this module turns registered factories into checker targets: each
+factory's forward (``ep.__wrapped__``) located by module and qualified name, its declared
+``honors_device_token_ids``, and its ``build`` function (which tells the checker the model's class
+when the forward's ``model`` parameter is not annotated). The only code executed is the import of
+the registry and of the packages named with ``--module``; the forwards are read, never run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import sys
+from collections.abc import Sequence
+
+from tokenstate.contracts import ConfigError, ContractDefinitionError
+from tokenstate.contracts.checker import CheckerConfig, CheckReport, EntryTarget, check_entry_points
+from tokenstate.runtime.registry import ModelFactory, factories
+
+__all__ = ["check_registry", "main_check", "target_of"]
+
+
+def _location(fn: object) -> tuple[str, str] | None:
+    """``(module, qualname)`` of a plain module-level function (after unwrapping decorators)."""
+    fn = inspect.unwrap(fn)  # type: ignore[arg-type]
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not inspect.isfunction(fn) or not module or not qualname or "<locals>" in qualname:
+        return None
+    return module, qualname
+
+
+def target_of(factory: ModelFactory) -> EntryTarget:
+    """The checker target of one registered factory."""
+    forward = _location(factory.forward.__wrapped__)
+    if forward is None:
+        raise ContractDefinitionError(
+            f"factory {factory.name}: its forward {factory.forward!r} is not a module-level function, "
+            "so the routing checker cannot find its source; define the forward at module level."
+        )
+    build = _location(factory.build)
+    return EntryTarget(
+        name=factory.name,
+        module=forward[0],
+        qualname=forward[1],
+        declared=factory.honors_device_token_ids,
+        model_module=None if build is None else build[0],
+        model_qualname=None if build is None else build[1],
+    )
+
+
+def _in_packages(module: str, packages: Sequence[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def check_registry(modules: Sequence[str] = (), config: CheckerConfig | None = None) -> CheckReport:
+    """Import ``modules`` (so their factories register), then check every registered factory.
+
+    With ``modules``, only factories whose forward lives in one of those packages are checked.
+    """
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(
+                f"--module {name}: cannot import it ({exc}); pass an importable package that "
+                "registers its model factories on import."
+            ) from exc
+    targets = [target_of(f) for f in factories()]
+    if modules:
+        targets = [t for t in targets if _in_packages(t.module, modules)]
+        if not targets:
+            raise ConfigError(
+                f"no registered forward is defined in {', '.join(modules)}; does the package register "
+                "its ModelFactory (tokenstate.runtime.registry.register) when imported?"
+            )
+    return check_entry_points(targets, config)
+
+
+def main_check(argv: list[str]) -> int:
+    """``tokenstate check [--json] [--module PKG ...]``: 0 when clean, 1 on findings, 2 on errors."""
+    parser = argparse.ArgumentParser(
+        prog="tokenstate check",
+        description="Statically check that every registered forward embeds device token ids.",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--module", action="append", default=[], metavar="PKG",
+        help="import PKG (registering its models) and check only its forwards; repeatable",
+    )
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    try:
+        report = check_registry(args.module)
+    except (ConfigError, ContractDefinitionError) as exc:
+        print(f"tokenstate check: error: {exc}", file=sys.stderr)
+        return 2
+    print(report.to_json() if args.json else report.render())
+    return 1 if report.findings else 0

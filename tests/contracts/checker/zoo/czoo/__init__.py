@@ -1,0 +1,10 @@
+"""A zoo of small registered forwards for the routing checker's tests (read, never imported).
+
+Each module shows one routing pattern in an honouring and an ignoring variant; the expected verdicts
+live in tests/contracts/checker/test_zoo.py.
+"""
+
+from czoo.helpers import embed_ids as reexported_embed
+from czoo.helpers import host_ids_of as reexported_host_ids
+
+__all__ = ["reexported_embed", "reexported_host_ids"]

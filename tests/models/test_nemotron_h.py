@@ -1,0 +1,261 @@
+"""NemotronH against the HF oracle (``NemotronHForCausalLM``, transformers' torch path on the CPU).
+
+HF's CPU path falls back to its reference torch implementations (``mamba_chunk_scan_combined`` for
+prompts, ``selective_state_update`` for single tokens) when mamba_ssm / causal_conv1d are absent.
+That prompt path clamps dt at ``time_step_min`` while the single-token path does not; we follow
+``time_step_limit`` in both, so the parity configs set ``time_step_min=0`` to make HF agree with
+itself (see the preset's comment).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch
+from tokenstate.contracts import ConfigError, ContractViolation
+from tokenstate.models.nemotron_h import (
+    NEMOTRON_H_FACTORY,
+    TINY_NEMOTRON_H,
+    build_nemotron_h,
+    load_nemotron_h,
+    nemotron_h_forward,
+    save_nemotron_h,
+)
+
+VOCAB = 256
+
+# A second layout: attention first, tied head, biases, latent MoE with grouped routing, 8-token scan
+# chunks, four B/C groups.
+OTHER_CONFIG: dict[str, Any] = {
+    **TINY_NEMOTRON_H,
+    "layers_block_type": ["full_attention", "linear_attention", "moe", "linear_attention", "mlp"],
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "n_groups": 4,
+    "chunk_size": 8,
+    "use_bias": True,
+    "mlp_bias": True,
+    "use_conv_bias": False,
+    "tie_word_embeddings": True,
+    "n_routed_experts": 6,
+    "n_group": 2,
+    "topk_group": 1,
+    "moe_latent_size": 32,
+    "routed_scaling_factor": 1.5,
+}
+CONFIGS = {"preset": dict(TINY_NEMOTRON_H), "other": OTHER_CONFIG}
+
+
+def _prompt(seed: int, length: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (length,), generator=g).tolist()
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def pair(request, tmp_path_factory, hf_oracle):
+    """(our model, the HF model loaded from our save) for each config."""
+    ours = build_nemotron_h(CONFIGS[request.param], seed=7)
+    path = tmp_path_factory.mktemp(f"nemotron_h_{request.param}")
+    save_nemotron_h(ours, path)
+    return ours, hf_oracle.load(path)
+
+
+def test_batched_prefill_and_decode_match_hf(pair, make_input, hf_oracle):
+    ours, hf = pair
+    ours.allocate_slots(4)
+    prompts = {2: _prompt(1, 40), 0: _prompt(2, 17), 3: _prompt(3, 5)}  # slot -> prompt
+    for slot in prompts:
+        ours.reset_slot(slot)
+    rows = [(slot, p) for slot, p in prompts.items()]
+    logits = nemotron_h_forward(ours, make_input(rows, vocab_size=VOCAB, all_logits=True))
+    offset = 0
+    for p in prompts.values():
+        expected = hf_oracle.logits(hf, p)
+        assert (logits[offset : offset + len(p)] - expected).abs().max().item() <= 1e-4
+        offset += len(p)
+    # Four decode steps, all three slots batched together; ids chosen so sequences diverge.
+    seqs = {slot: list(p) for slot, p in prompts.items()}
+    decoded: dict[int, list[torch.Tensor]] = {slot: [] for slot in prompts}
+    for step in range(4):
+        rows = []
+        for slot, seq in seqs.items():
+            seq.append((seq[-1] * 31 + slot + step) % (VOCAB - 3) + 3)
+            rows.append((slot, [seq[-1]], len(seq) - 1))
+        logits = nemotron_h_forward(ours, make_input(rows, vocab_size=VOCAB))
+        for i, slot in enumerate(seqs):
+            decoded[slot].append(logits[i])
+    for slot, seq in seqs.items():
+        expected = hf_oracle.logits(hf, seq)[-4:]  # one HF forward covers every decode step
+        assert (torch.stack(decoded[slot]) - expected).abs().max().item() <= 1e-4
+
+
+def test_chunked_prefill_equals_one_step(make_input):
+    model = build_nemotron_h(TINY_NEMOTRON_H, seed=3)
+    model.allocate_slots(3)
+    prompt = _prompt(4, 45)  # 45 > 2 * chunk_size: the scan crosses chunk borders in both halves
+    whole = nemotron_h_forward(model, make_input([(1, prompt)], vocab_size=VOCAB, all_logits=True))
+    model.reset_slot(1)
+    other = _prompt(5, 9)
+    # Step 1: first 19 tokens of slot 1 next to another request's prefill; step 2: the rest next
+    # to that request's decode token.
+    first = nemotron_h_forward(
+        model, make_input([(0, other), (1, prompt[:19])], vocab_size=VOCAB, all_logits=True)
+    )
+    second = nemotron_h_forward(
+        model, make_input([(1, prompt[19:], 19), (0, [7], 9)], vocab_size=VOCAB, all_logits=True)
+    )
+    chunked = torch.cat([first[len(other) :], second[: len(prompt) - 19]])
+    assert (chunked - whole).abs().max().item() <= 1e-5
+
+
+def test_slots_are_isolated_and_reset(make_input):
+    model = build_nemotron_h(TINY_NEMOTRON_H, seed=3)
+    model.allocate_slots(3)
+    a, b = _prompt(6, 12), _prompt(7, 20)
+    alone = nemotron_h_forward(model, make_input([(0, a)], vocab_size=VOCAB))
+    # Slot 2 runs (prefill then decode) while slot 0 sits; slot 0's next token must not notice.
+    nemotron_h_forward(model, make_input([(2, b)], vocab_size=VOCAB))
+    nemotron_h_forward(model, make_input([(2, [5], 20)], vocab_size=VOCAB))
+    after = nemotron_h_forward(model, make_input([(0, [9], 12)], vocab_size=VOCAB))
+    model.reset_slot(1)
+    nemotron_h_forward(model, make_input([(1, a)], vocab_size=VOCAB))
+    twin = nemotron_h_forward(model, make_input([(1, [9], 12)], vocab_size=VOCAB))
+    torch.testing.assert_close(after, twin, rtol=0, atol=1e-5)
+    # Reusing slot 2 after a reset gives exactly a fresh request's logits.
+    model.reset_slot(2)
+    reused = nemotron_h_forward(model, make_input([(2, a)], vocab_size=VOCAB))
+    torch.testing.assert_close(reused, alone, rtol=0, atol=1e-5)
+
+
+def test_device_ids_are_embedded_through_the_scope(make_input):
+    model = build_nemotron_h(TINY_NEMOTRON_H, seed=3)
+    model.allocate_slots(2)
+    prompt = _prompt(8, 10)
+    nemotron_h_forward(model, make_input([(0, prompt[:-1]), (1, prompt[:-1])], vocab_size=VOCAB))
+    fresh = nemotron_h_forward(model, make_input([(0, prompt[-1:], 9)], vocab_size=VOCAB))
+    # Slot 1 gets the same token as a spliced row: PLACEHOLDER on the host, the id on the device.
+    spliced = make_input([(1, prompt[-1:], 9)], vocab_size=VOCAB, stale_last=True)
+    torch.testing.assert_close(nemotron_h_forward(model, spliced), fresh, rtol=0, atol=1e-6)
+    with pytest.raises(ContractViolation, match="no StepScope is open"):
+        model.compute_logits(spliced)  # bypassing the registered forward: no scope, no ids
+
+
+def test_factory_declares_honoured_ids_and_builds_preset_deterministically():
+    assert NEMOTRON_H_FACTORY.honors_device_token_ids is True
+    assert NEMOTRON_H_FACTORY.supports_speculative is False
+    a = NEMOTRON_H_FACTORY.build_preset("tiny-nemotron-h")
+    b = NEMOTRON_H_FACTORY.build_preset("tiny-nemotron-h")
+    assert a.vocab_size == VOCAB and a.max_model_len >= 512 and a.eos_token_id == 2
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(x, y), name
+
+
+def test_greedy_decoding_does_not_collapse(make_input):
+    """The scaled init must give a model whose greedy output varies (not the last token repeated)."""
+    model = NEMOTRON_H_FACTORY.build_preset("tiny-nemotron-h")
+    model.allocate_slots(1)
+    seq = _prompt(9, 8)
+    logits = nemotron_h_forward(model, make_input([(0, seq)], vocab_size=VOCAB))
+    for _ in range(32):
+        seq.append(int(logits[0].argmax()))
+        logits = nemotron_h_forward(
+            model, make_input([(0, seq[-1:], len(seq) - 1)], vocab_size=VOCAB)
+        )
+    generated = seq[8:]
+    assert len(set(generated)) >= 8, generated
+
+
+def test_hf_weights_round_trip(tmp_path):
+    """HF save_pretrained -> our load -> our save -> HF load gives back the identical tensors."""
+    transformers = pytest.importorskip("transformers")
+    hf_config = transformers.NemotronHConfig(
+        **{k: v for k, v in TINY_NEMOTRON_H.items() if k != "time_step_min"}
+    )
+    torch.manual_seed(0)
+    original = transformers.NemotronHForCausalLM(hf_config).eval()
+    original.save_pretrained(tmp_path / "hf")
+    ours = load_nemotron_h(tmp_path / "hf")
+    save_nemotron_h(ours, tmp_path / "ours")
+    reloaded = transformers.NemotronHForCausalLM.from_pretrained(
+        tmp_path / "ours", dtype=torch.float32
+    )
+    want, got = original.state_dict(), reloaded.state_dict()
+    assert sorted(want) == sorted(got)
+    for name, tensor in want.items():
+        assert torch.equal(tensor, got[name]), name
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"layers_block_type": ["linear_attention", "sliding_attention"]}, "layers_block_type"),
+        ({"hybrid_override_pattern": "M*X", "layers_block_type": None}, "hybrid_override_pattern"),
+        ({"num_attention_heads": 4, "num_key_value_heads": 3}, "num_key_value_heads=3"),
+        ({"mamba_num_heads": 6, "n_groups": 4}, "n_groups=4"),
+        ({"vocab_size": 1 << 30}, "vocab_size"),
+        ({"hidden_size": 0}, "hidden_size"),
+        ({"num_hidden_layers": 7}, "num_hidden_layers=7"),
+        ({"mlp_hidden_act": "silu"}, "relu2"),
+        ({"n_routed_experts": 3, "n_group": 2}, "n_group=2"),
+        ({"num_experts_per_tok": 9}, "num_experts_per_tok=9"),
+        ({"time_step_limit": [0.5, 0.1]}, "time_step_limit"),
+        ({"num_atention_heads": 4}, "unknown field"),
+        ({"mamba_n_groups": 4, "n_groups": 2}, "mamba_n_groups"),
+    ],
+)
+def test_bad_configs_are_refused_before_allocation(change, message):
+    config = {k: v for k, v in {**TINY_NEMOTRON_H, **change}.items() if v is not None}
+    with pytest.raises(ConfigError, match=message):
+        build_nemotron_h(config, seed=0)
+
+
+def test_legacy_config_spellings_are_accepted():
+    config = {
+        k: v for k, v in TINY_NEMOTRON_H.items() if k not in ("layers_block_type", "n_groups")
+    }
+    config.update(
+        hybrid_override_pattern="M-*ME",
+        mamba_n_groups=2,
+        time_step_limit=[0.0, {"__float__": "Infinity"}],
+    )
+    model = build_nemotron_h(config, seed=0)
+    assert [b.layer_type for b in model.backbone.layers] == TINY_NEMOTRON_H["layers_block_type"]
+
+
+def test_checkpoint_that_does_not_match_its_config_is_refused(tmp_path):
+    save_nemotron_h(build_nemotron_h(TINY_NEMOTRON_H, seed=0), tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["ssm_state_size"] = 32
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="mis-shaped"):
+        load_nemotron_h(tmp_path)
+
+
+def test_routing_checker_sees_through_the_scope():
+    """Statically: the forward reaches the guarded embedding only via the scope's device ids."""
+    from tokenstate.contracts.checker import EntryTarget, Verdict, check_entry_points
+
+    forward = NEMOTRON_H_FACTORY.forward.__wrapped__
+    target = EntryTarget(
+        "NemotronH",
+        forward.__module__,
+        forward.__qualname__,
+        NEMOTRON_H_FACTORY.honors_device_token_ids,
+        build_nemotron_h.__module__,
+        build_nemotron_h.__qualname__,
+    )
+    (result,) = check_entry_points([target]).results
+    assert result.verdict is Verdict.HONORS, result
+    assert any("scope" in hop.file for route in result.routes for hop in route.hops)
+
+
+def test_forward_before_allocate_slots_is_refused(make_input):
+    model = build_nemotron_h(TINY_NEMOTRON_H, seed=0)
+    with pytest.raises(ConfigError, match="allocate_slots"):
+        nemotron_h_forward(model, make_input([(0, [5, 6])], vocab_size=VOCAB))
+    model.allocate_slots(1)
+    with pytest.raises(ContractViolation, match="outside the 1 allocated slots"):
+        nemotron_h_forward(model, make_input([(1, [5, 6])], vocab_size=VOCAB))
