@@ -14,6 +14,7 @@ from tokenstate.contracts.errors import (
     ConfigError as ConfigError,
     ContractDefinitionError as ContractDefinitionError,
     ContractViolation as ContractViolation,
+    EmbeddedBadIdsError as EmbeddedBadIdsError,
     StaleHostTokensError as StaleHostTokensError,
     TokenStateError as TokenStateError,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "ContractDefinitionError",
     "ContractViolation",
     "DeviceTokens",
+    "EmbeddedBadIdsError",
     "EntryPoint",
     "ForwardInput",
     "HostTokens",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "EmbeddedBadIdsError",
     "ContractDefinitionError",
     "ContractViolation",
     "StaleHostTokensError",
@@ -63,3 +64,28 @@ class ConfigError(TokenStateError, ValueError):
     """A setting or an input given to tokenstate is invalid (bad mode, bad model config, bad param)."""
 
     __module__ = "tokenstate.contracts"
+
+
+class EmbeddedBadIdsError(ContractViolation):
+    """A guarded embedding saw ids outside ``[0, vocab)`` (a placeholder, most often).
+
+    Raised at the step's sync point; ``rows``/``slots``/``positions`` locate them, ``ids`` are the
+    offending values.
+    """
+
+    __module__ = "tokenstate.contracts"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        positions: tuple[int, ...],
+        ids: tuple[int, ...],
+        rows: tuple[int, ...] = (),
+        slots: tuple[int, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.positions = positions
+        self.ids = ids
+        self.rows = rows
+        self.slots = slots

@@ -17,7 +17,7 @@ from types import TracebackType
 
 import torch
 
-from tokenstate.contracts import PLACEHOLDER, BatchLayout, ContractViolation
+from tokenstate.contracts import PLACEHOLDER, BatchLayout, ContractViolation, EmbeddedBadIdsError
 
 __all__ = ["EmbeddedBadIdsError", "StepGuard", "current_guard", "raise_bad_ids"]
 
@@ -33,27 +33,6 @@ _FIX = (
 _current: contextvars.ContextVar[StepGuard | None] = contextvars.ContextVar(
     "tokenstate_step_guard", default=None
 )
-
-
-class EmbeddedBadIdsError(ContractViolation):
-    """A guarded embedding saw ids outside ``[0, vocab)``; ``ids`` are the offending values."""
-
-    __module__ = "tokenstate.runtime.kernels"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        positions: tuple[int, ...],
-        ids: tuple[int, ...],
-        rows: tuple[int, ...] = (),
-        slots: tuple[int, ...] = (),
-    ) -> None:
-        super().__init__(message)
-        self.positions = positions
-        self.ids = ids
-        self.rows = rows
-        self.slots = slots
 
 
 @dataclass(frozen=True, slots=True)

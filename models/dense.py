@@ -1,0 +1,176 @@
+"""The shared dense decoder: embed → N pre-norm blocks → final norm → LM head.
+
+:class:`DenseModel` is the one place a dense-family model turns a step's token ids into hidden
+states, and it does so through :meth:`DenseModel.embed`, which reads ``inp.embedding_ids()`` (the
+device ids whenever the runner sent them) and gathers through the runtime's guarded embedding. Model
+families reuse it by delegation — Llama uses it as is; other families may pass their own layers
+(anything with ``forward(hidden, step)`` and optional ``allocate_slots`` / ``reset_slot``) — so
+every one of them inherits the honoured route instead of restating it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from tokenstate.contracts import ConfigError, ForwardInput
+from tokenstate.models.layers import GatedMLP, RMSNorm, RotaryEmbedding, SlotAttention
+from tokenstate.models.slot_batch import SlotBatch
+from tokenstate.runtime.kernels import guarded_embedding
+
+__all__ = ["DenseConfig", "DenseDecoderLayer", "DenseForCausalLM", "DenseModel", "DenseStep", "EmbeddingTable"]
+
+
+@dataclass(frozen=True, slots=True)
+class DenseConfig:
+    """The math of a Llama-style dense decoder (already validated; see tokenstate.models.config)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    rms_norm_eps: float
+    rope_theta: float
+    hidden_act: str = "silu"
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    tie_word_embeddings: bool = False
+    eos_token_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DenseStep:
+    """What every layer of one step shares: the input, its slot indices and rotary angles."""
+
+    inp: ForwardInput
+    batch: SlotBatch
+    cos: Tensor  # [num_tokens, 1, head_dim] float32
+    sin: Tensor  # [num_tokens, 1, head_dim] float32
+
+
+class EmbeddingTable(nn.Module):
+    """Holds the ``[vocab, hidden]`` embedding weight under HF's name; it has no forward of its own.
+
+    Embedding goes through :meth:`DenseModel.embed` (guarded gather of the honoured ids) — a plain
+    ``nn.Embedding`` call would read garbage for a placeholder id instead of raising.
+    """
+
+    def __init__(self, vocab_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size))  # [vocab, hidden]
+
+
+class DenseDecoderLayer(nn.Module):
+    """Pre-norm block: ``h += attn(norm(h)); h += mlp(norm(h))``."""
+
+    def __init__(self, config: DenseConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = SlotAttention(
+            config.hidden_size, config.num_attention_heads, config.num_key_value_heads,
+            config.head_dim, bias=config.attention_bias,
+        )
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = GatedMLP(
+            config.hidden_size, config.intermediate_size, bias=config.mlp_bias, act=config.hidden_act
+        )
+
+    def forward(self, hidden: Tensor, step: DenseStep) -> Tensor:
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), step.cos, step.sin, step.batch)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+    def allocate_slots(self, num_slots: int, max_model_len: int) -> None:
+        self.self_attn.allocate_slots(num_slots, max_model_len)
+
+    def reset_slot(self, slot: int) -> None:
+        self.self_attn.reset_slot(slot)
+
+
+class DenseModel(nn.Module):
+    """Embedding, decoder layers and final norm (HF's ``model.*`` parameters)."""
+
+    def __init__(self, config: DenseConfig, layers: Sequence[nn.Module] | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = EmbeddingTable(config.vocab_size, config.hidden_size)
+        if layers is None:
+            layers = [DenseDecoderLayer(config) for _ in range(config.num_hidden_layers)]
+        self.layers = nn.ModuleList(layers)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary = RotaryEmbedding(
+            config.head_dim, config.rope_theta, config.max_position_embeddings,
+            self.embed_tokens.weight.device,
+        )
+        self.num_slots = 0
+
+    def embed(self, inp: ForwardInput) -> Tensor:
+        """``[num_tokens, hidden]``: the honoured ids (device ids when present), guarded gather."""
+        return guarded_embedding(inp.embedding_ids(), self.embed_tokens.weight)
+
+    def prepare_step(self, inp: ForwardInput) -> DenseStep:
+        if self.num_slots == 0:
+            raise ConfigError("model has no slots: call model.allocate_slots(num_slots) before forward.")
+        batch = SlotBatch.from_input(
+            inp, num_slots=self.num_slots, max_model_len=self.config.max_position_embeddings
+        )
+        cos, sin = self.rotary.cos_sin(inp.positions)
+        return DenseStep(inp, batch, cos, sin)
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        """``[num_logits, hidden]``: final-normed hidden states at ``inp.logits_indices``."""
+        hidden = self.embed(inp)  # [num_tokens, hidden]
+        step = self.prepare_step(inp)
+        for layer in self.layers:
+            hidden = layer(hidden, step)
+        # The norm is per token, so only the tokens whose logits are read need it.
+        return self.norm(hidden[inp.logits_indices])
+
+    def allocate_slots(self, num_slots: int) -> None:
+        if not isinstance(num_slots, int) or isinstance(num_slots, bool) or num_slots < 1:
+            raise ConfigError(f"allocate_slots: num_slots must be a positive int, got {num_slots!r}.")
+        for layer in self.layers:
+            if hasattr(layer, "allocate_slots"):
+                layer.allocate_slots(num_slots, self.config.max_position_embeddings)
+        self.num_slots = num_slots
+
+    def reset_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.num_slots:
+            raise ConfigError(f"reset_slot: slot {slot} is outside the {self.num_slots} allocated slots.")
+        for layer in self.layers:
+            if hasattr(layer, "reset_slot"):
+                layer.reset_slot(slot)
+
+
+class DenseForCausalLM(nn.Module):
+    """A :class:`DenseModel` plus the LM head (tied to the embedding when the config says so)."""
+
+    def __init__(self, config: DenseConfig, hf_config: dict, model: DenseModel | None = None) -> None:
+        super().__init__()
+        self.model = model if model is not None else DenseModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.hf_config = dict(hf_config)  # written back by save()
+        self.vocab_size: int = config.vocab_size
+        self.max_model_len: int = config.max_position_embeddings
+        self.eos_token_id: int | None = config.eos_token_id
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        if self.model.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def compute_logits(self, inp: ForwardInput) -> Tensor:
+        """``[num_logits, vocab]`` float32 logits at ``inp.logits_indices``."""
+        return self.lm_head(self.model.forward(inp)).float()
+
+    def allocate_slots(self, num_slots: int) -> None:
+        self.model.allocate_slots(num_slots)
+
+    def reset_slot(self, slot: int) -> None:
+        self.model.reset_slot(slot)

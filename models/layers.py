@@ -1,0 +1,189 @@
+"""Shared building blocks: RMSNorm, rotary embeddings, a gated MLP and per-slot KV-cache attention.
+
+Every model in :mod:`tokenstate.models` composes these. Parameter names follow HF (``q_proj``,
+``gate_proj``, ``weight``, …) so that checkpoints load by name. Per-request state is indexed by
+**slot** (see :mod:`tokenstate.models.slot_batch` for the per-step indices the attention reads).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tokenstate.contracts import ConfigError
+from tokenstate.models.slot_batch import SlotBatch
+
+__all__ = ["ACTIVATIONS", "GatedMLP", "RMSNorm", "RotaryEmbedding", "SlotAttention", "slot_attention"]
+
+ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu}
+
+
+class RMSNorm(nn.Module):
+    """``x / rms(x) * weight``, computed in float32 whatever the activation dtype."""
+
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))  # [hidden]
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        # Normalise in float32, cast back, then scale: the order HF checkpoints were trained with.
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)  # [..., hidden] float32
+        return self.weight * normed.to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding in the "rotate halves" layout HF checkpoints are stored in.
+
+    The cos/sin of every position up to ``max_positions`` are tabulated once (float32) so a step
+    only gathers rows by position. The tables are non-persistent buffers: they follow ``.to()``
+    but are not weights, so they stay out of the state dict.
+    """
+
+    def __init__(self, head_dim: int, theta: float, max_positions: int, device: torch.device) -> None:
+        super().__init__()
+        if head_dim % 2:
+            raise ConfigError(f"rotary embedding needs an even head_dim, got {head_dim}.")
+        self.head_dim, self.theta, self.max_positions = head_dim, theta, max_positions
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim
+        inv_freq = 1.0 / (theta**exponents)  # [head_dim / 2]
+        pos = torch.arange(max_positions, dtype=torch.float32, device=device)  # [max_positions]
+        angles = pos[:, None] * inv_freq[None, :]  # [max_positions, head_dim / 2]
+        angles = torch.cat((angles, angles), dim=-1)  # [max_positions, head_dim]
+        self.cos_table: Tensor  # [max_positions, head_dim] float32
+        self.sin_table: Tensor  # [max_positions, head_dim] float32
+        self.register_buffer("cos_table", angles.cos(), persistent=False)
+        self.register_buffer("sin_table", angles.sin(), persistent=False)
+
+    def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """``[num_tokens, 1, head_dim]`` cos and sin for ``positions`` (``[num_tokens]`` int)."""
+        return self.cos_table[positions].unsqueeze(1), self.sin_table[positions].unsqueeze(1)
+
+    @staticmethod
+    def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """Rotate ``x`` (``[num_tokens, heads, head_dim]``) by the angles of its positions."""
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)  # [num_tokens, heads, head_dim]
+        return (x * cos + rotated * sin).to(x.dtype)
+
+
+class GatedMLP(nn.Module):
+    """``down(act(gate(x)) * up(x))`` — the SwiGLU feed-forward of Llama-style blocks."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, *, bias: bool, act: str) -> None:
+        super().__init__()
+        if act not in ACTIVATIONS:
+            raise ConfigError(f"hidden_act {act!r} is not supported; use one of {sorted(ACTIVATIONS)}.")
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.act = ACTIVATIONS[act]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+def slot_attention(
+    q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, batch: SlotBatch, scale: float
+) -> Tensor:
+    """Write this step's K/V into the slots' caches, then attend causally within each slot.
+
+    Args:
+        q: ``[num_tokens, num_heads, head_dim]`` queries (rotary already applied).
+        k: ``[num_tokens, num_kv_heads, head_dim]`` keys (rotary already applied).
+        v: ``[num_tokens, num_kv_heads, v_head_dim]`` values.
+        k_cache: ``[num_slots, max_model_len, num_kv_heads, head_dim]``, ``q``'s dtype.
+        v_cache: ``[num_slots, max_model_len, num_kv_heads, v_head_dim]``, ``q``'s dtype.
+        batch: the step's slot indices, shared by every attention layer of the step.
+        scale: softmax scale.
+
+    Returns:
+        ``[num_tokens, num_heads, v_head_dim]``.
+    """
+    gqa = q.shape[1] != k.shape[1]
+    out = q.new_empty(q.shape[0], q.shape[1], v.shape[2])  # [num_tokens, num_heads, v_head_dim]
+    # Every token writes exactly its own (slot, position) cell: rows never touch another slot.
+    short = batch.short_rows
+    if short is not None:
+        k_short = k if short.write_tokens is None else k[short.write_tokens]  # [n, kv_heads, d]
+        v_short = v if short.write_tokens is None else v[short.write_tokens]  # [n, kv_heads, dv]
+        k_cache[short.write_slots, short.write_positions] = k_short
+        v_cache[short.write_slots, short.write_positions] = v_short
+    for chunk in batch.long_rows:
+        k_cache[chunk.slot, chunk.num_computed : chunk.seq_len] = k[chunk.start : chunk.end]
+        v_cache[chunk.slot, chunk.num_computed : chunk.seq_len] = v[chunk.start : chunk.end]
+
+    if short is not None:
+        # All short rows (decode, decode + drafts) in one masked attention over their slots' caches.
+        keys = k_cache[short.slots, : short.kv_len].transpose(1, 2)  # [R, kv_heads, L, head_dim]
+        values = v_cache[short.slots, : short.kv_len].transpose(1, 2)  # [R, kv_heads, L, v_head_dim]
+        queries = q[short.token_index].transpose(1, 2)  # [R, heads, Q, head_dim]
+        attended = F.scaled_dot_product_attention(
+            queries, keys, values, attn_mask=short.key_mask, scale=scale,
+            enable_gqa=gqa,
+        ).transpose(1, 2)  # [R, Q, heads, v_head_dim]
+        flat = attended.reshape(-1, attended.shape[2], attended.shape[3])  # [R * Q, heads, v_head_dim]
+        if short.valid_src is not None:
+            out[short.write_tokens] = flat[short.valid_src]
+        elif short.write_tokens is None:
+            out[: flat.shape[0]] = flat
+        else:
+            out[short.write_tokens] = flat
+
+    for chunk in batch.long_rows:
+        # A prefill chunk: its queries attend to the slot's cache up to each query's own position.
+        keys = k_cache[chunk.slot, : chunk.seq_len].transpose(0, 1).unsqueeze(0)  # [1, kv_heads, S, d]
+        values = v_cache[chunk.slot, : chunk.seq_len].transpose(0, 1).unsqueeze(0)  # [1, kv_heads, S, dv]
+        queries = q[chunk.start : chunk.end].transpose(0, 1).unsqueeze(0)  # [1, heads, n, d]
+        whole_sequence = chunk.num_computed == 0  # square causal mask: SDPA builds it itself
+        attended = F.scaled_dot_product_attention(
+            queries, keys, values,
+            attn_mask=None if whole_sequence else chunk.key_mask,
+            is_causal=whole_sequence, scale=scale, enable_gqa=gqa,
+        )  # [1, heads, n, v_head_dim]
+        out[chunk.start : chunk.end] = attended[0].transpose(0, 1)
+    return out
+
+
+class SlotAttention(nn.Module):
+    """Multi-head attention with grouped KV heads, rotary positions and a per-slot KV cache."""
+
+    def __init__(
+        self, hidden_size: int, num_heads: int, num_kv_heads: int, head_dim: int, *, bias: bool
+    ) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.scale = head_dim**-0.5
+        self.q_proj = nn.Linear(hidden_size, num_heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=bias)
+        # Runtime state, not weights (kept out of the state dict): set by allocate_slots.
+        self.k_cache: Tensor | None = None  # [num_slots, max_model_len, num_kv_heads, head_dim]
+        self.v_cache: Tensor | None = None  # [num_slots, max_model_len, num_kv_heads, head_dim]
+
+    def allocate_slots(self, num_slots: int, max_model_len: int) -> None:
+        w = self.k_proj.weight
+        shape = (num_slots, max_model_len, self.num_kv_heads, self.head_dim)
+        self.k_cache = torch.zeros(shape, dtype=w.dtype, device=w.device)
+        self.v_cache = torch.zeros(shape, dtype=w.dtype, device=w.device)
+
+    def reset_slot(self, slot: int) -> None:
+        if self.k_cache is not None and self.v_cache is not None:
+            self.k_cache[slot].zero_()
+            self.v_cache[slot].zero_()
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, batch: SlotBatch) -> Tensor:
+        if self.k_cache is None or self.v_cache is None:
+            raise ConfigError("attention has no KV cache: call model.allocate_slots(num_slots) first.")
+        n = x.shape[0]
+        q = self.q_proj(x).view(n, self.num_heads, self.head_dim)  # [num_tokens, heads, head_dim]
+        k = self.k_proj(x).view(n, self.num_kv_heads, self.head_dim)  # [num_tokens, kv_heads, head_dim]
+        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)  # [num_tokens, kv_heads, head_dim]
+        # One rotation for queries and keys together: half the small ops of a decode step.
+        q, k = RotaryEmbedding.rotate(torch.cat((q, k), dim=1), cos, sin).split(
+            (self.num_heads, self.num_kv_heads), dim=1
+        )
+        out = slot_attention(q, k, v, self.k_cache, self.v_cache, batch, self.scale)
+        return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))

@@ -1,0 +1,184 @@
+"""HF-format checkpoints: ``config.json`` + safetensors in, the same out. Never unpickles.
+
+Generic over models: a model family supplies its module (whose parameter names are HF's) and the
+names that are aliases of another tensor (a tied LM head); this module reads the config, finds the
+safetensors files (single or sharded), checks every tensor name and shape against the module *from
+the file headers*, and reports every missing, unexpected and mis-shaped tensor in one
+:class:`~tokenstate.contracts.ConfigError` before copying anything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import nn
+
+from tokenstate.contracts import ConfigError
+
+__all__ = [
+    "PICKLE_SUFFIXES",
+    "load_state",
+    "read_config",
+    "safetensors_files",
+    "save_checkpoint",
+    "seeded_init",
+]
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+_INDEX = "model.safetensors.index.json"
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """The ``config.json`` of an HF-format directory, as a dict (clear error if absent or bad)."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise ConfigError(f"{directory}: not a directory; expected an HF-format model directory.")
+    config_file = directory / "config.json"
+    if not config_file.is_file():
+        raise ConfigError(f"{directory}: no config.json; expected an HF-format model directory.")
+    try:
+        config = json.loads(config_file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{config_file}: not valid JSON ({exc}).") from exc
+    if not isinstance(config, dict):
+        raise ConfigError(f"{config_file}: must hold a JSON object, got {type(config).__name__}.")
+    return config
+
+
+def safetensors_files(path: str | Path) -> list[Path]:
+    """The safetensors files of a directory (via the shard index when there is one).
+
+    A directory with only pickle checkpoints is refused: unpickling can run arbitrary code.
+    """
+    directory = Path(path)
+    index = directory / _INDEX
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{index}: not a valid shard index ({exc!r}).") from exc
+        files = [directory / name for name in sorted(set(weight_map.values()))]
+        absent = [f.name for f in files if not f.is_file()]
+        if absent:
+            raise ConfigError(f"{index} names shards that do not exist: {absent}.")
+        return files
+    files = sorted(directory.glob("*.safetensors"))
+    if files:
+        return files
+    pickles = sorted(p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise ConfigError(
+            f"{directory}: only pickle checkpoints found ({', '.join(pickles)}); tokenstate never "
+            "unpickles weights (it can run arbitrary code). Convert them to safetensors, e.g. "
+            "load with transformers and call save_pretrained(dir, safe_serialization=True)."
+        )
+    raise ConfigError(f"{directory}: no *.safetensors weights found next to config.json.")
+
+
+def _shapes_in(files: list[Path]) -> dict[str, tuple[tuple[int, ...], Path]]:
+    found: dict[str, tuple[tuple[int, ...], Path]] = {}
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                for name in handle.keys():
+                    found[name] = (tuple(handle.get_slice(name).get_shape()), file)
+        except Exception as exc:  # safetensors raises its own error types for corrupt headers
+            raise ConfigError(f"{file}: not a readable safetensors file ({exc}).") from exc
+    return found
+
+
+def load_state(
+    module: nn.Module, path: str | Path, *, aliases: Mapping[str, str] | None = None, model: str = "model"
+) -> None:
+    """Copy an HF-format directory's tensors into ``module``'s parameters, by name.
+
+    Args:
+        module: the model, already built (its parameter names are the checkpoint's).
+        path: directory holding safetensors files.
+        aliases: ``{alias: source}`` parameter names that share storage with another (a tied LM
+            head: ``{"lm_head.weight": "model.embed_tokens.weight"}``). An alias may be absent
+            from the checkpoint; if present it must equal its source.
+        model: name used in messages.
+    """
+    aliases = dict(aliases or {})
+    expected = {name: tuple(t.shape) for name, t in module.state_dict().items()}
+    found = _shapes_in(safetensors_files(path))
+    missing = sorted(n for n in expected if n not in found and n not in aliases)
+    unexpected = sorted(n for n in found if n not in expected)
+    misshaped = sorted(
+        f"{n} (checkpoint {list(found[n][0])}, model {list(expected[n])})"
+        for n in expected
+        if n in found and found[n][0] != expected[n]
+    )
+    if missing or unexpected or misshaped:
+        parts = [
+            f"{label} ({len(names)}): {', '.join(names)}"
+            for label, names in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
+            if names
+        ]
+        raise ConfigError(
+            f"{path}: checkpoint does not match {model}: " + "; ".join(parts)
+            + ". Check that config.json describes these weights (sizes, layer count, tie_word_embeddings)."
+        )
+    params = module.state_dict()
+    by_file: dict[Path, list[str]] = {}
+    for name, (_, file) in found.items():
+        by_file.setdefault(file, []).append(name)
+    tied_copies: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for file, names in by_file.items():
+            with safe_open(str(file), framework="pt") as handle:
+                for name in names:
+                    if name in aliases:
+                        tied_copies[name] = handle.get_tensor(name)
+                    else:
+                        params[name].copy_(handle.get_tensor(name))
+    # Compared only once every source is in place: shard order is arbitrary.
+    for name, tensor in tied_copies.items():
+        source = params[aliases[name]]
+        if not torch.equal(tensor.to(source.device, source.dtype), source):
+            raise ConfigError(
+                f"{path}: {name} is tied to {aliases[name]} by the config but the checkpoint holds "
+                "a different tensor; set tie_word_embeddings=false in config.json."
+            )
+
+
+def save_checkpoint(
+    module: nn.Module, path: str | Path, config: Mapping[str, Any], *, aliases: Mapping[str, str] | None = None
+) -> None:
+    """Write ``config.json`` and ``model.safetensors`` (aliases omitted, as HF does for tied heads)."""
+    directory = Path(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    skip = set(aliases or {})
+    tensors = {
+        name: t.detach().to("cpu").contiguous()
+        for name, t in module.state_dict().items()
+        if name not in skip
+    }
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    (directory / "config.json").write_text(json.dumps(dict(config), indent=2, sort_keys=True) + "\n")
+
+
+def seeded_init(module: nn.Module, seed: int, std: float) -> None:
+    """Deterministic random weights, independent of the device: N(0, std) matrices, unit norms.
+
+    Parameters are visited in name order and drawn from one CPU generator, so the same seed gives
+    the same model on every device. 1-D parameters are norm weights (ones) unless named ``bias``
+    (zeros); a model family re-initialises anything special (e.g. SSM decay) afterwards.
+    """
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(module.named_parameters(), key=lambda item: item[0]):
+            if param.dim() >= 2:
+                values = torch.randn(param.shape, generator=generator, dtype=torch.float32) * std
+                param.copy_(values)
+            elif name.endswith("bias"):
+                param.zero_()
+            else:
+                param.fill_(1.0)
