@@ -24,6 +24,12 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo()
 
 
+def _check(args: argparse.Namespace) -> int:
+    from tokenstate.runtime.routing_check import run_check
+
+    return run_check(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tokenstate",
@@ -36,6 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", help="show the stale-host-ids contract at work: a stale read refused, checks passing"
     )
     demo.set_defaults(handler=_demo)
+    from tokenstate.runtime.routing_check import add_check_arguments
+
+    check = sub.add_parser(
+        "check",
+        help="routing checker: does every registered forward embed device token ids?",
+        description="Statically check, per registered forward entry point, that every route that "
+        "embeds token ids reads device tokens (or a published scope). Exit 1 on findings.",
+    )
+    add_check_arguments(check)
+    check.set_defaults(handler=_check)
     return parser
 
 

@@ -20,7 +20,7 @@ from tokenstate.contracts import ConfigError, ContractDefinitionError
 from tokenstate.contracts.checker import CheckerConfig, CheckReport, EntryTarget, check_entry_points
 from tokenstate.runtime.registry import ModelFactory, factories
 
-__all__ = ["check_registry", "main_check", "target_of"]
+__all__ = ["add_check_arguments", "check_registry", "main_check", "run_check", "target_of"]
 
 
 def _location(fn: object) -> tuple[str, str] | None:
@@ -79,25 +79,35 @@ def check_registry(modules: Sequence[str] = (), config: CheckerConfig | None = N
     return check_entry_points(targets, config)
 
 
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``tokenstate check``."""
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--module", action="append", default=[], metavar="PKG",
+        help="import PKG (registering its models) and check only its forwards; repeatable",
+    )
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Run ``tokenstate check``: 0 when clean, 1 on findings (errors propagate as TokenStateError)."""
+    report = check_registry(args.module)
+    print(report.to_json() if args.json else report.render())
+    return 1 if report.findings else 0
+
+
 def main_check(argv: list[str]) -> int:
     """``tokenstate check [--json] [--module PKG ...]``: 0 when clean, 1 on findings, 2 on errors."""
     parser = argparse.ArgumentParser(
         prog="tokenstate check",
         description="Statically check that every registered forward embeds device token ids.",
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument(
-        "--module", action="append", default=[], metavar="PKG",
-        help="import PKG (registering its models) and check only its forwards; repeatable",
-    )
+    add_check_arguments(parser)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
     try:
-        report = check_registry(args.module)
+        return run_check(args)
     except (ConfigError, ContractDefinitionError) as exc:
         print(f"tokenstate check: error: {exc}", file=sys.stderr)
         return 2
-    print(report.to_json() if args.json else report.render())
-    return 1 if report.findings else 0

@@ -50,3 +50,18 @@ def test_engine_catches_a_forward_that_embeds_stale_host_ids():
 
     with torch.no_grad(), pytest.raises(StaleHostTokensError, match=r"rows \[0, 1, 2\]"):
         engine.generate(model.forward_reads_host, model.TinyRecurrentLM(), PROMPTS, max_tokens=6)
+
+
+def test_routing_checker_flags_the_buggy_forward_statically():
+    from tokenstate.contracts.checker import EntryTarget, check_entry_points
+
+    report = check_entry_points(
+        [
+            EntryTarget("good", "my_engine.model", "forward", declared=True),
+            EntryTarget("bad", "my_engine.model", "forward_reads_host", declared=True),
+        ]
+    )
+    verdicts = {r.entry: r.verdict.value for r in report.results}
+    assert verdicts == {"good": "honors", "bad": "ignores"}
+    assert [f.entry for f in report.findings] == ["bad"]
+    assert "my_engine/model.py" in report.render()

@@ -31,7 +31,7 @@ class TinyRecurrentLM(torch.nn.Module):
 
     def run(self, inp: ForwardInput, ids: Tensor) -> Tensor:
         """Advance each row's slot state over its query tokens; return the logits rows asked for."""
-        hidden = self.embed[ids]  # [num_tokens, hidden]
+        hidden = torch.nn.functional.embedding(ids, self.embed)  # [num_tokens, hidden]
         outs = torch.empty_like(hidden)  # [num_tokens, hidden]
         for row in inp.layout.rows:
             h = self.state[row.slot]  # [hidden]
