@@ -13,6 +13,7 @@ to :func:`spliced_rows` by tests; nothing else in the code base restates the com
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from tokenstate.contracts.errors import ContractViolation
@@ -65,8 +66,10 @@ def stale_position_mask(
         )
     if num_drafts is None:
         num_drafts = torch.zeros_like(seq_lens)
-    query_lens = query_start_loc[1:] - query_start_loc[:-1]  # [num_rows]
     spliced = spliced_rows(seq_lens, prefill_lens)  # [num_rows] bool
+    if seq_lens.device.type == "cpu":
+        return _mask_on_host(query_start_loc, spliced, num_drafts)
+    query_lens = query_start_loc[1:] - query_start_loc[:-1]  # [num_rows]
     # Stale tail length per row: 1 + drafts for spliced rows, 0 otherwise (clipped to the query so
     # an empty row never reaches into its neighbour).
     tail = torch.where(spliced, torch.minimum(1 + num_drafts, query_lens), torch.zeros_like(query_lens))
@@ -77,3 +80,22 @@ def stale_position_mask(
     token_index = torch.arange(num_tokens, device=seq_lens.device)  # [num_tokens]
     row_end = query_start_loc[1:].to(torch.long)[row_of_token]  # [num_tokens]
     return token_index >= row_end - tail.to(torch.long)[row_of_token]
+
+
+def _mask_on_host(
+    query_start_loc: torch.Tensor, spliced: torch.Tensor, num_drafts: torch.Tensor
+) -> torch.Tensor:
+    """The same mask for CPU tensors, in numpy: runs once per async step, so it must cost µs.
+
+    Each spliced row marks the interval ``[end - tail, end)``; rows never overlap, so +1 at every
+    interval start, -1 at every end and a running sum mark exactly the stale positions (torch's
+    CPU ``repeat_interleave`` and fancy indexing spin up a thread pool per call instead).
+    """
+    qsl = query_start_loc.numpy().astype(np.int64)  # [num_rows + 1]
+    ends = qsl[1:]  # [num_rows]
+    tail = np.minimum(1 + num_drafts.numpy().astype(np.int64), ends - qsl[:-1])  # [num_rows]
+    keep = spliced.numpy() & (tail > 0)  # [num_rows] rows that own a non-empty stale tail
+    num_tokens = int(qsl[-1])
+    edges = np.bincount(ends[keep] - tail[keep], minlength=num_tokens + 1)  # [num_tokens + 1]
+    edges[: num_tokens + 1] -= np.bincount(ends[keep], minlength=num_tokens + 1)
+    return torch.from_numpy(np.cumsum(edges[:num_tokens]) > 0)

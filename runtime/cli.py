@@ -52,6 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_check_arguments(check)
     check.set_defaults(handler=_check)
+    from tokenstate.contracts.ledger.report import add_arguments as add_specs_arguments, run_specs
+
+    specs = sub.add_parser(
+        "specs",
+        help="the spec ledger: owed/paid items and whether each paid item's red-before was re-proved",
+        description="Print the spec ledger written by the last pytest run (the tokenstate plugin "
+        "writes .tokenstate/ledger.json). Exit 1 when an item failed or lost its red-before.",
+    )
+    add_specs_arguments(specs)
+    specs.set_defaults(handler=run_specs)
     return parser
 
 

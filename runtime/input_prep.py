@@ -1,0 +1,173 @@
+"""Host-side input preparation: one step's flat token buffer, stale mask and batch metadata.
+
+Everything is built from a per-slot token table with a handful of numpy operations per step, so the
+host work does not grow with a Python loop over tokens. On the async path the stale mask comes from
+the one row predicate (:func:`tokenstate.contracts.stale_position_mask`) and the host buffer holds
+``PLACEHOLDER`` at exactly those positions; on the synchronous path every fed token is known, and a
+placeholder there is a runner bug, refused on the spot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from tokenstate.contracts import (
+    PLACEHOLDER,
+    BatchLayout,
+    ContractViolation,
+    HostTokens,
+    stale_position_mask,
+)
+from tokenstate.runtime.scheduler import Request, ScheduledBatch
+
+__all__ = ["HostStepInputs", "HostTokenTable", "prepare_inputs", "refresh_inputs"]
+
+
+class HostTokenTable:
+    """Every token the host knows, by slot and position (``PLACEHOLDER`` where it knows none)."""
+
+    def __init__(self, num_slots: int, max_model_len: int) -> None:
+        self.ids = np.full(
+            (num_slots, max_model_len), PLACEHOLDER, dtype=np.int32
+        )  # [num_slots, max_model_len]
+
+    def admit(self, request: Request) -> None:
+        """Seed a slot with what the host knows at admission; wipe the previous occupant's tokens."""
+        row = self.ids[request.slot]
+        row.fill(PLACEHOLDER)
+        known = request.num_known
+        row[: len(request.prompt)] = request.prompt
+        row[len(request.prompt) : known] = request.output_token_ids
+
+    def record(self, slots: np.ndarray, positions: np.ndarray, tokens: np.ndarray) -> None:
+        """Write resolved sampled tokens (``[n]`` each) at their positions."""
+        self.ids[slots, positions] = tokens
+
+
+@dataclass(frozen=True, slots=True)
+class HostStepInputs:
+    """One step's host tensors (CPU; the mirror uploads them) and the type states built from them."""
+
+    host_tokens: HostTokens
+    layout: BatchLayout
+    positions: np.ndarray  # [num_tokens] int32
+    token_slots: np.ndarray  # [num_tokens] int32, slot of each flat token
+    query_start_loc: np.ndarray  # [num_rows + 1] int32
+    seq_lens: np.ndarray  # [num_rows] int32
+    slots: np.ndarray  # [num_rows] int32
+    num_drafts: np.ndarray  # [num_rows] int32
+    cu_num_logits: np.ndarray  # [num_rows + 1] int32
+    logits_indices: np.ndarray  # [num_logits] int32
+    sample_slots: np.ndarray  # [num_logits] int32, slot of each sampled token
+    sample_positions: np.ndarray  # [num_logits] int32, position each sampled token will occupy
+    sample_output_index: np.ndarray  # [num_logits] int32, index of each sampled token in its output
+
+    @property
+    def has_stale(self) -> bool:
+        return self.host_tokens.has_stale
+
+    @property
+    def num_tokens(self) -> int:
+        return self.positions.shape[0]
+
+    @property
+    def num_logits(self) -> int:
+        return self.logits_indices.shape[0]
+
+
+def _known_ids(table: HostTokenTable, token_slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    ids = table.ids[token_slots, positions]  # [num_tokens] int32
+    if ids.size and int(ids.min()) < 0:
+        bad = np.flatnonzero(ids < 0)[:8].tolist()
+        raise ContractViolation(
+            f"input preparation: flat positions {bad} hold no known token on a step that must run on "
+            "fresh host ids; the runner has to resolve the pending sampled tokens before preparing a "
+            "synchronous step."
+        )
+    return ids
+
+
+def prepare_inputs(
+    batch: ScheduledBatch, table: HostTokenTable, *, spliced: bool
+) -> HostStepInputs:
+    """Build a step's host inputs; ``spliced`` (the async path) marks stale rows by the predicate."""
+    rows = batch.rows
+    num_rows = len(rows)
+    per_row = np.array(
+        [(r.request.slot, r.num_computed, r.num_new_tokens, r.request.prefill_len, r.samples, len(r.request.prompt))
+         for r in rows],
+        dtype=np.int32,
+    ).reshape(num_rows, 6)  # fmt: skip
+    slots, num_computed, query_lens, prefill_lens, samples, prompt_lens = per_row.T
+    samples = samples.astype(bool)
+    query_start_loc = np.zeros(num_rows + 1, dtype=np.int32)  # [num_rows + 1]
+    np.cumsum(query_lens, out=query_start_loc[1:])
+    seq_lens = num_computed + query_lens  # [num_rows] int32
+    num_tokens = int(query_start_loc[-1])
+    row_of_token = np.repeat(np.arange(num_rows), query_lens)  # [num_tokens]
+    positions = (
+        np.arange(num_tokens, dtype=np.int32)
+        - query_start_loc[row_of_token]
+        + num_computed[row_of_token]
+    )  # [num_tokens] int32
+    token_slots = slots[row_of_token]  # [num_tokens] int32
+    num_drafts = np.zeros(num_rows, dtype=np.int32)  # [num_rows]
+    qsl_t, seq_t, slots_t = (
+        torch.from_numpy(query_start_loc),
+        torch.from_numpy(seq_lens),
+        torch.from_numpy(slots),
+    )
+
+    if spliced:
+        stale_t = stale_position_mask(
+            qsl_t, seq_t, torch.from_numpy(prefill_lens), torch.from_numpy(num_drafts)
+        )
+        stale = stale_t.numpy()  # [num_tokens] bool
+        ids = table.ids[token_slots, positions]  # [num_tokens] int32
+        ids[stale] = PLACEHOLDER  # the host buffer holds a placeholder at every spliced position
+        host_tokens = HostTokens(torch.from_numpy(ids), stale_t, qsl_t, slots_t)
+    else:
+        ids = _known_ids(table, token_slots, positions)
+        host_tokens = HostTokens.fresh(torch.from_numpy(ids), qsl_t, slots_t)
+
+    cu_num_logits = np.zeros(num_rows + 1, dtype=np.int32)  # [num_rows + 1]
+    np.cumsum(samples, out=cu_num_logits[1:])
+    logits_indices = (
+        query_start_loc[1:][samples] - 1
+    )  # [num_logits] int32: each sampling row's last token
+    layout = BatchLayout(
+        qsl_t,
+        seq_t,
+        slots_t,
+        torch.from_numpy(num_drafts),
+        torch.from_numpy(logits_indices.astype(np.int64)),
+    )
+    sample_positions = seq_lens[samples]  # [num_logits] int32
+    return HostStepInputs(
+        host_tokens=host_tokens,
+        layout=layout,
+        positions=positions,
+        token_slots=token_slots,
+        query_start_loc=query_start_loc,
+        seq_lens=seq_lens,
+        slots=slots,
+        num_drafts=num_drafts,
+        cu_num_logits=cu_num_logits,
+        logits_indices=logits_indices,
+        sample_slots=slots[samples],
+        sample_positions=sample_positions,
+        sample_output_index=sample_positions - prompt_lens[samples],
+    )
+
+
+def refresh_inputs(prepared: HostStepInputs, table: HostTokenTable) -> HostStepInputs:
+    """The same step on fresh host ids (fallback path), after the pending tokens were resolved."""
+    ids = _known_ids(table, prepared.token_slots, prepared.positions)
+    host_tokens = HostTokens.fresh(
+        torch.from_numpy(ids), prepared.layout.query_start_loc, prepared.layout.slots
+    )
+    return dataclasses.replace(prepared, host_tokens=host_tokens)

@@ -1,0 +1,78 @@
+"""What :meth:`LLM.generate` returns, and the engine's step counters."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["EngineStats", "FinishReason", "RequestOutput", "TokenOrigin"]
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenOrigin:
+    """Where one output token was sampled: for tracing a divergence to its step and row.
+
+    Attributes:
+        step: the engine step (counted from 0 over the engine's lifetime) that sampled it.
+        row: the request's batch row in that step.
+        stale: whether that row's last input id was spliced in on the device (the host held a
+            placeholder there) rather than read from fresh host ids.
+    """
+
+    step: int
+    row: int
+    stale: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutput:
+    """One finished request.
+
+    Attributes:
+        request_id: index of the prompt in the ``generate`` call.
+        prompt_token_ids: the prompt as given.
+        token_ids: generated tokens; a stop token (EOS or a ``stop_token_ids`` entry) is kept.
+        finish_reason: ``"stop"`` (EOS or a stop token) or ``"length"`` (``max_tokens`` or the
+            model's context is full).
+        origins: one :class:`TokenOrigin` per generated token (diagnostics: not compared by
+            ``==``, since sync and async runs of the same request sample in different steps).
+    """
+
+    request_id: int
+    prompt_token_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason
+    origins: tuple[TokenOrigin, ...] = field(default=(), compare=False)
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Counters over an engine's lifetime.
+
+    Attributes:
+        async_steps: steps run on the asynchronous device path (the host learned their sampled
+            tokens one step late).
+        fallback_steps: steps of an async engine that had spliced rows but whose forward did not
+            opt in, so they ran the synchronous host path with fresh host tokens.
+        sync_steps: steps of a synchronous engine.
+        discarded_tokens: tokens sampled for a request that had already finished (async only:
+            the request was scheduled again before the host learned that it was done).
+        finished_requests: requests returned to callers.
+    """
+
+    async_steps: int = 0
+    fallback_steps: int = 0
+    sync_steps: int = 0
+    discarded_tokens: int = 0
+    finished_requests: int = 0
+
+    @property
+    def total_steps(self) -> int:
+        return self.async_steps + self.fallback_steps + self.sync_steps
+
+    def as_dict(self) -> dict[str, int]:
+        """Every counter plus ``total_steps``, for reports."""
+        return {**dataclasses.asdict(self), "total_steps": self.total_steps}

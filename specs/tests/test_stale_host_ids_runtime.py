@@ -1,0 +1,156 @@
+"""Items of specs/stale-host-ids.md carried by the runtime, the routing checker and the token gate.
+
+Owed tests exercise the API the capability will have (docs/design/interfaces.md, DESIGN.md §4, §6)
+and import it inside the test body, so that today's ImportError/AttributeError is an expected
+failure of the *call*, not a collection error. When a capability lands its test starts passing, the
+run fails with "now passes", and the item moves to ``## Paid`` with a mutant.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tokenstate.contracts import PLACEHOLDER, ContractViolation, stale_position_mask
+
+from .stale_host_ids_mutants import (
+    async_branch_cuda_only,
+    async_splices_wrong_token,
+    delegation_blind,
+    fallback_keeps_stale_host_ids,
+    placeholder_clamped,
+    refuse_policy_ignored,
+    refuse_without_spliced_rows,
+    twin_predicate_drifts,
+)
+
+PROMPTS = [[1, 17, 33, 5, 9], [1, 100, 4]]  # token ids inside the toy vocabulary (128)
+
+
+def host_only_toy():
+    """A toy model whose forward embeds host ids (the original bug) and did not opt in."""
+    from tokenstate.runtime.testing import toy_factory
+
+    return toy_factory("SpecHostOnlyToy", honors=False, embed="host")
+
+
+def generate(model, *, async_scheduling: bool, max_tokens: int = 6, **engine_args):
+    from tokenstate.runtime import LLM, SamplingParams
+
+    llm = LLM(model, async_scheduling=async_scheduling, **engine_args)
+    outputs = llm.generate(PROMPTS, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    return [o.token_ids for o in outputs], llm.stats
+
+
+@pytest.mark.paid("SHI-6", before=fallback_keeps_stale_host_ids)
+def test_opt_in_fallback():
+    async_tokens, stats = generate(host_only_toy(), async_scheduling=True)
+    sync_tokens, _ = generate(host_only_toy(), async_scheduling=False)
+    assert async_tokens == sync_tokens and all(len(t) == 6 for t in async_tokens)
+    assert stats.fallback_steps > 0 and stats.sync_steps == 0
+
+
+@pytest.mark.paid("SHI-7", before=refuse_policy_ignored)
+def test_refuse_policy():
+    with pytest.raises(ContractViolation, match=r"model 'SpecHostOnlyToy'.*spliced rows"):
+        generate(host_only_toy(), async_scheduling=True, on_unhonored="refuse")
+
+
+@pytest.mark.paid("SHI-8", before=refuse_without_spliced_rows)
+def test_prefill_only_steps_never_refused():
+    tokens, stats = generate(
+        host_only_toy(), async_scheduling=True, max_tokens=1, on_unhonored="refuse"
+    )
+    assert [len(t) for t in tokens] == [1, 1]
+    assert stats.fallback_steps == 0 and stats.async_steps > 0
+
+
+@pytest.mark.paid("SHI-9", before=placeholder_clamped)
+def test_guarded_embedding_refuses_placeholders():
+    from tokenstate.runtime.kernels.embedding import guarded_embedding
+
+    weight = torch.randn(8, 4)  # [vocab, hidden]
+    ids = torch.tensor([3, PLACEHOLDER, 7, 8], dtype=torch.int32)  # [num_tokens]
+    with pytest.raises(ContractViolation, match=r"positions \[1, 3\]"):
+        guarded_embedding(ids, weight)
+    fresh = torch.tensor([3, 0, 7], dtype=torch.int32)  # [num_tokens]
+    assert torch.equal(guarded_embedding(fresh, weight), weight[fresh.long()])
+
+
+@pytest.mark.paid("SHI-10", before=twin_predicate_drifts)
+def test_predicate_pinned_between_kernel_and_twin(monkeypatch):
+    from tokenstate.runtime.kernels import combine
+
+    # The real kernel on a GPU; on a CPU the Triton interpreter (its kernel module is first imported
+    # on a CPU-only machine through this launcher, with the interpreter switched on).
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+    def i32(values: list) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int32, device=device)
+
+    qsl, seq_lens, slots = i32([0, 3, 4, 6, 9]), i32([3, 10, 7, 14]), i32([4, 0, 2, 1])
+    num_drafts = i32([0, 0, 0, 2])
+    prefill_len = i32([9, 5, 7, 0, 5])  # [num_slots]
+    last_sampled = i32([40, 41, 42, 43, 44])  # [num_slots]
+    draft_tokens = i32([[50, 51], [52, 53], [54, 55], [56, 57], [58, 59]])  # [num_slots, 2]
+    host = i32([PLACEHOLDER] * 9)  # [num_tokens] the uploaded host buffer: placeholders only
+    cu_num_logits = i32([0, 1, 2, 3, 6])  # [num_rows + 1]
+    args = (host, qsl, seq_lens, slots, num_drafts, prefill_len, last_sampled, draft_tokens)
+    args += (cu_num_logits,)
+    kernel_ids, kernel_logits = combine(*args, num_logits=6, backend="triton")
+    twin_ids, twin_logits = combine(*args, num_logits=6, backend="torch")
+    prefill_by_row = prefill_len[slots.long()]  # [num_rows]
+    stale = stale_position_mask(qsl, seq_lens, prefill_by_row, num_drafts)  # [num_tokens] bool
+    assert torch.equal(kernel_ids, twin_ids) and torch.equal(kernel_logits, twin_logits)
+    assert torch.equal(kernel_ids != host, stale)
+
+
+@pytest.mark.paid("SHI-11", before=async_branch_cuda_only)
+def test_async_branch_reachable_on_cpu():
+    from tokenstate.runtime.testing import toy_factory
+
+    honoring = toy_factory("SpecHonoringToy", honors=True, embed="device")
+    async_tokens, stats = generate(honoring, async_scheduling=True, device="cpu")
+    sync_tokens, _ = generate(honoring, async_scheduling=False, device="cpu")
+    assert async_tokens == sync_tokens
+    assert stats.async_steps > 0 and stats.fallback_steps == 0 and stats.sync_steps == 0
+
+
+REFERENCE_ARCHITECTURES = ("LlamaForCausalLM", "NemotronHForCausalLM", "KimiLinearForCausalLM")
+
+
+@pytest.mark.paid("SHI-12", before=delegation_blind)
+def test_checker_verdicts_through_delegation():
+    from tokenstate.contracts.checker import Verdict
+    from tokenstate.runtime import registry
+    from tokenstate.runtime.routing_check import check_registry
+    from tokenstate.runtime.testing import toy_factory
+
+    # Declares the opt-in but embeds host ids: the checker must see it although the flag says honors.
+    liar = toy_factory("SpecCheckerLiar", honors=True, embed="host")
+    registry.register(liar)
+    try:
+        reference = [registry.resolve(arch) for arch in REFERENCE_ARCHITECTURES]
+        results = check_registry().by_entry()
+    finally:
+        registry.unregister(liar)
+    for factory in reference:  # they delegate: shared dense block, published scope, deep embed
+        assert results[factory.name].verdict is Verdict.HONORS, results[factory.name].routes
+        assert results[factory.name].finding is None
+    flagged = results[liar.name]
+    assert flagged.verdict is Verdict.IGNORES and flagged.finding is not None
+    assert any("testing.py:" in route.render() for route in flagged.routes)
+
+
+@pytest.mark.paid("SHI-13", before=async_splices_wrong_token)
+def test_token_gate_matches_the_oracle():
+    from tokenstate.runtime.gate import GateConfig, run_gate
+
+    # Short requests, but still mixed: a chunked prefill, slot reuse, prefills beside decodes.
+    config = GateConfig(num_requests=5, max_tokens=6, max_num_seqs=2, max_num_batched_tokens=16)
+    for model in ("tiny-llama", "tiny-nemotron-h", "tiny-kimi-linear"):
+        report = run_gate(model, config)
+        assert report.comparisons == ["async vs sync", "sync vs oracle", "async vs oracle"]
+        assert report.passed, (model, report.totals())

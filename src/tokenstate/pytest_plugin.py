@@ -1,0 +1,111 @@
+"""The tokenstate pytest plugin (entry point ``pytest11: tokenstate``).
+
+It provides the spec-ledger markers (``@pytest.mark.owed("ID")``, ``@pytest.mark.paid("ID",
+before=<mutant>)``), their cross-checks and the JSON ledger, plus ``--tokenstate-checks``, which
+runs the session under beartype's import hook for every ``tokenstate`` module.
+
+This module lives in the tiny top package on purpose and imports nothing of ``tokenstate`` at import
+time: pytest loads it before any test or conftest, and the import hook can only type-check modules
+that are imported *after* it is installed. The ledger implementation is imported lazily, once the
+hook (if asked for) is in place.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+__all__ = ["CHECKS_OPTION", "LEDGER_OPTION"]
+
+CHECKS_OPTION = "--tokenstate-checks"
+LEDGER_OPTION = "--tokenstate-ledger"
+_CLAW_KEY = pytest.StashKey[bool]()  # set once beartype's import hook is installed for this run
+
+# Modules of ours that may legitimately be imported before the hook: this package's own
+# ``__init__`` (pytest imports it to reach this module) and this plugin.
+_IMPORTED_BEFORE_HOOK_OK = frozenset({"tokenstate", __name__})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("tokenstate", "tokenstate spec ledger and runtime checks")
+    group.addoption(
+        CHECKS_OPTION,
+        action="store_true",
+        default=False,
+        help="type-check every tokenstate module with beartype's import hook "
+        "(beartype.claw.beartype_package('tokenstate')) for this run.",
+    )
+    group.addoption(
+        LEDGER_OPTION,
+        metavar="PATH",
+        default=None,
+        help="where to write the spec ledger JSON (default: <rootdir>/.tokenstate/ledger.json).",
+    )
+    parser.addini(
+        "tokenstate_specs",
+        type="paths",
+        default=["specs"],
+        help="directories (relative to the ini file) holding spec documents <slug>.md.",
+    )
+
+
+def _imported_too_early() -> list[str]:
+    return sorted(
+        name
+        for name in sys.modules
+        if (name == "tokenstate" or name.startswith("tokenstate."))
+        and name not in _IMPORTED_BEFORE_HOOK_OK
+    )
+
+
+def _install_checks_hook(config: pytest.Config) -> None:
+    """Install beartype's import hook for ``tokenstate``, refusing if it could not take effect."""
+    if config.stash.get(_CLAW_KEY, False):
+        return
+    early = _imported_too_early()
+    if early:
+        raise pytest.UsageError(
+            f"{CHECKS_OPTION}: these tokenstate modules were imported before beartype's import hook "
+            f"could be installed, so they would run unchecked: {', '.join(early)}. Something loaded "
+            "them at startup (another plugin, a -p option, or a sitecustomize); remove that import or "
+            f"run without {CHECKS_OPTION}."
+        )
+    from beartype.claw import beartype_package
+
+    beartype_package("tokenstate")
+    config.stash[_CLAW_KEY] = True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    # Earliest point where options are parsed and before any conftest.py runs: conftests import
+    # tokenstate modules, and those must already go through the hook.
+    if early_config.known_args_namespace.tokenstate_checks:
+        _install_checks_hook(early_config)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "owed(item_id): the test carries a spec item listed under ## Owed — a strict expected "
+        "failure; the run fails when it passes.",
+    )
+    config.addinivalue_line(
+        "markers",
+        "paid(item_id, before=mutant): the test carries a spec item listed under ## Paid — it must "
+        "pass, and must fail when re-run under `before`, the mutant that reverts the fix.",
+    )
+    if config.getoption("tokenstate_checks"):
+        _install_checks_hook(config)
+    from tokenstate.contracts.ledger.plugin import LedgerPlugin
+
+    ledger_option = config.getoption("tokenstate_ledger")
+    ledger_path = (
+        config.invocation_params.dir / ledger_option  # as typed: relative to where pytest ran
+        if ledger_option
+        else config.rootpath / ".tokenstate" / "ledger.json"
+    )
+    spec_dirs = [Path(p) for p in config.getini("tokenstate_specs")]
+    config.pluginmanager.register(LedgerPlugin(config, spec_dirs, ledger_path), "tokenstate-ledger")

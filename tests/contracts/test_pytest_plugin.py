@@ -1,0 +1,291 @@
+"""The tokenstate pytest plugin, exercised on small throw-away projects with pytester."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+SPEC = """\
+# Demo contract
+
+The guard refuses negative numbers.
+
+## Owed
+
+- **D-2** The guard also refuses NaN. — `tests/test_demo.py::test_nan_refused`
+
+## Paid
+
+- **D-1** The guard refuses negative numbers. — `tests/test_demo.py::test_negative_refused`
+"""
+
+TESTS = """\
+import math
+import pytest
+from tokenstate.contracts.ledger import mutant
+
+
+class Guard:
+    @staticmethod
+    def check(x):
+        if x < 0:
+            raise ValueError("negative")
+        return x
+
+
+@mutant("D-1/negatives-allowed", doc="Guard.check accepts everything.")
+def negatives_allowed(patch):
+    patch.setattr(Guard, "check", staticmethod(lambda x: x))
+
+
+@mutant("D-1/harmless", doc="Replaces Guard.check by an identical copy: the test cannot see it.")
+def harmless(patch):
+    patch.setattr(Guard, "check", staticmethod(Guard.check))
+
+
+@pytest.mark.paid("D-1", before={before})
+def test_negative_refused():
+    with pytest.raises(ValueError):
+        Guard.check(-1)
+    assert Guard.check(2) == 2
+
+
+@pytest.mark.owed("D-2")
+def test_nan_refused():
+    with pytest.raises(ValueError):
+        Guard.check({nan})
+"""
+
+
+def make_project(
+    pytester: pytest.Pytester,
+    spec: str = SPEC,
+    before: str = "negatives_allowed",
+    nan: str = "math.nan",
+    extra: str = "",
+) -> None:
+    pytester.makefile(".md", **{"specs/demo": spec})
+    tests = TESTS.format(before=before, nan=nan) + textwrap.dedent(extra)
+    pytester.makepyfile(**{"specs/tests/test_demo": tests})
+
+
+def ledger(pytester: pytest.Pytester) -> dict:
+    return json.loads((pytester.path / ".tokenstate" / "ledger.json").read_text())
+
+
+def entries(pytester: pytest.Pytester) -> dict[str, dict]:
+    return {e["id"]: e for e in ledger(pytester)["items"]}
+
+
+def test_paid_and_owed_items_and_the_ledger_json(pytester):
+    make_project(pytester)
+    result = pytester.runpytest("-rx")
+    result.assert_outcomes(
+        passed=2, xfailed=1
+    )  # the paid test, the spec's cross-check; the owed test
+    result.stdout.fnmatch_lines(
+        ["*XFAIL*test_nan_refused*owed D-2, still failing: *DID NOT RAISE*"]
+    )
+    paid, owed = entries(pytester)["D-1"], entries(pytester)["D-2"]
+    assert paid == paid | {
+        "spec": "demo",
+        "state": "paid",
+        "test": "tests/test_demo.py::test_negative_refused",
+        "red_before_verified": True,
+        "last_result": "passed",
+        "mutant": "D-1/negatives-allowed",
+        "mutant_doc": "Guard.check accepts everything.",
+        "spec_file": "specs/demo.md",
+        "spec_line": 11,
+        "nodeids": ["specs/tests/test_demo.py::test_negative_refused"],
+    }
+    assert (
+        owed["state"] == "owed"
+        and owed["last_result"] == "xfailed"
+        and owed["red_before_verified"] is None
+    )
+    assert owed["text"] == "The guard also refuses NaN." and owed["timestamp"]
+    assert ledger(pytester)["specs"] == [
+        {
+            "spec": "demo",
+            "title": "Demo contract",
+            "file": "specs/demo.md",
+            "cross_check": "passed",
+            "timestamp": ledger(pytester)["specs"][0]["timestamp"],
+        }
+    ]
+
+
+def test_an_owed_test_that_passes_fails_the_run(pytester):
+    make_project(pytester, nan="-1")
+    result = pytester.runpytest("--tokenstate-ledger", "elsewhere/ledger.json")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*D-2 now passes: move it to ## Paid and name its before-mutant*demo.md:7*"]
+    )
+    written = json.loads((pytester.path / "elsewhere" / "ledger.json").read_text())
+    assert {e["id"]: e["last_result"] for e in written["items"]} == {
+        "D-1": "passed",
+        "D-2": "xpassed",
+    }
+    assert not (pytester.path / ".tokenstate").exists()
+
+
+def test_a_paid_test_that_passes_under_its_mutant_fails(pytester):
+    make_project(pytester, before="harmless")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, failed=1, xfailed=1)
+    result.stdout.fnmatch_lines(
+        ["*red-before lost: D-1 no longer detects its bug*still passes under mutant D-1/harmless*"]
+    )
+    assert entries(pytester)["D-1"] | {} == entries(pytester)["D-1"] | {
+        "red_before_verified": False,
+        "last_result": "red-before-lost",
+    }
+
+
+def test_the_mutant_is_undone_after_the_rerun(pytester):
+    make_project(
+        pytester,
+        extra="""
+        def test_after_the_paid_test():
+            with pytest.raises(ValueError):
+                Guard.check(-5)
+    """,
+    )
+    pytester.runpytest("-p", "no:randomly").assert_outcomes(passed=3, xfailed=1)
+
+
+def test_an_orphan_marker_fails(pytester):
+    make_project(
+        pytester,
+        extra="""
+        @pytest.mark.owed("D-9")
+        def test_unlisted():
+            assert False
+    """,
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2, xfailed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*orphan marker @pytest.mark.owed('D-9') names no item of any spec*"]
+    )
+
+
+def test_an_item_without_its_test_fails_the_cross_check(pytester):
+    spec = (
+        SPEC + "- **D-3** The guard returns its input. — `tests/test_demo.py::test_returns_input`\n"
+    )
+    make_project(pytester, spec=spec)
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, failed=1, xfailed=1)
+    result.stdout.fnmatch_lines(
+        ["*demo.md:12: D-3 has no test: `tests/test_demo.py::test_returns_input` does not exist*"]
+    )
+
+
+def test_an_item_carried_by_the_wrong_marker_or_test_fails(pytester):
+    make_project(
+        pytester,
+        extra="""
+        @pytest.mark.paid("D-2", before=negatives_allowed)
+        def test_also_nan():
+            pass
+    """,
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1, failed=1, xfailed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_also_nan*D-2 is listed under ## Owed (*demo.md:7) but the test is marked paid*",
+            "*demo.md:7: D-2 is carried by *test_demo.py::test_also_nan instead of / besides*",
+        ]
+    )
+
+
+def test_a_malformed_spec_is_a_collection_error_with_file_and_line(pytester):
+    make_project(pytester, spec=SPEC.replace("- **D-1** The guard", "- D-1 The guard"))
+    result = pytester.runpytest()
+    result.stdout.fnmatch_lines(["*demo.md:11: item must start with its bold id*"])
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+
+
+def test_a_subset_run_skips_the_cross_check_and_keeps_earlier_results(pytester):
+    make_project(pytester)
+    pytester.runpytest().assert_outcomes(passed=2, xfailed=1)
+    first = entries(pytester)["D-2"]
+    result = pytester.runpytest("specs/tests/test_demo.py::test_negative_refused")
+    result.assert_outcomes(passed=1)
+    assert entries(pytester)["D-2"] == first  # not run this time: the earlier result stays
+    assert entries(pytester)["D-1"]["red_before_verified"] is True
+
+
+def test_checks_option_refuses_when_tokenstate_was_imported_first(pytester):
+    # This process imported tokenstate.contracts already: the hook could not see those modules.
+    import tokenstate.contracts  # noqa: F401
+
+    make_project(pytester)
+    result = pytester.runpytest_inprocess("--tokenstate-checks")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--tokenstate-checks: these tokenstate modules were imported before*"]
+    )
+
+
+MISTYPED = """
+import pytest
+from beartype.roar import BeartypeCallHintViolation
+
+def test_mistyped_call():
+    from tokenstate.contracts.ledger.ledger import worst_result
+    {body}
+"""
+
+
+def test_checks_option_type_checks_tokenstate_modules(pytester):
+    pytester.makepyfile(
+        MISTYPED.format(
+            body="with pytest.raises(BeartypeCallHintViolation):\n        worst_result(None, 0)"
+        )
+    )
+    pytester.runpytest_subprocess("--tokenstate-checks", "-p", "no:cacheprovider").assert_outcomes(
+        passed=1
+    )
+
+
+def test_without_the_checks_option_a_mistyped_call_goes_unchecked(pytester):
+    pytester.makepyfile(MISTYPED.format(body="assert worst_result(None, 0) == 0"))
+    pytester.runpytest_inprocess().assert_outcomes(passed=1)
+
+
+@pytest.mark.slow  # three interpreters start (controller and two workers): ~10 s on an idle machine
+def test_xdist_workers_results_merge_into_one_ledger(pytester):
+    spec = (
+        SPEC + "- **D-3** The guard returns its input. — `tests/test_demo.py::test_returns_input`\n"
+    )
+    make_project(
+        pytester,
+        spec=spec,
+        extra="""
+        @mutant("D-3/returns-none", doc="Guard.check returns None.")
+        def returns_none(patch):
+            patch.setattr(Guard, "check", staticmethod(lambda x: None))
+
+        @pytest.mark.paid("D-3", before=returns_none)
+        def test_returns_input():
+            assert Guard.check(3) == 3
+    """,
+    )
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3, xfailed=1)
+    items = entries(pytester)
+    assert {i: (e["last_result"], e["red_before_verified"]) for i, e in items.items()} == {
+        "D-1": ("passed", True),
+        "D-2": ("xfailed", None),
+        "D-3": ("passed", True),
+    }
+    assert ledger(pytester)["specs"][0]["cross_check"] == "passed"

@@ -1,0 +1,250 @@
+"""The LLM API over the toy model: async == sync, stops, discards, slot reuse and bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from tokenstate.contracts import ConfigError, ForwardInput, entry_point
+from tokenstate.runtime import LLM, SamplingParams, registry
+from tokenstate.runtime.testing import ToyLM, toy_factory, toy_forward
+
+# Mixed lengths; the longest (20) exceeds the token budget used below (8), so prefill is chunked.
+PROMPTS = [
+    list(range(1, 21)),
+    [5, 6, 7],
+    [9] * 13,
+    [3, 4],
+    [7, 7, 7, 7, 7],
+    [100, 2, 50, 8, 8, 8, 1],
+]
+SAMPLING = [
+    SamplingParams(max_tokens=10),
+    SamplingParams(max_tokens=7, temperature=0.8, seed=3),
+    SamplingParams(max_tokens=9, temperature=1.0, top_k=5),
+    SamplingParams(max_tokens=6, temperature=0.7, top_p=0.8, seed=11),
+    SamplingParams(max_tokens=8),
+    SamplingParams(max_tokens=5, temperature=1.2, top_k=20, top_p=0.9),
+]
+
+
+def generate(factory, *, async_scheduling: bool, **kwargs):
+    llm = LLM(
+        factory,
+        async_scheduling=async_scheduling,
+        max_num_seqs=3,
+        max_num_batched_tokens=8,
+        **kwargs,
+    )
+    return llm, llm.generate(PROMPTS, SAMPLING)
+
+
+@pytest.mark.parametrize("honors", [True, False], ids=["honors", "not-honors"])
+def test_async_equals_sync_with_chunked_prefill_and_slot_reuse(honors):
+    factory = toy_factory(honors=honors)
+    async_llm, async_out = generate(factory, async_scheduling=True)
+    sync_llm, sync_out = generate(factory, async_scheduling=False)
+    assert [o.token_ids for o in async_out] == [o.token_ids for o in sync_out]
+    assert [len(o.token_ids) for o in async_out] == [p.max_tokens for p in SAMPLING]
+    assert all(o.finish_reason == "length" for o in async_out)
+    assert all(0 <= t < 128 for o in async_out for t in o.token_ids)
+    assert [o.prompt_token_ids for o in async_out] == [tuple(p) for p in PROMPTS]
+    assert (
+        sync_llm.stats.sync_steps > 0
+        and sync_llm.stats.async_steps == sync_llm.stats.fallback_steps == 0
+    )
+    if honors:
+        assert async_llm.stats.async_steps > 0 and async_llm.stats.fallback_steps == 0
+    else:
+        assert async_llm.stats.fallback_steps > 0 and async_llm.stats.sync_steps == 0
+    assert async_llm.stats.finished_requests == len(PROMPTS)
+
+
+def test_repeated_generate_calls_reuse_slots_cleanly():
+    llm = LLM(toy_factory(), max_num_seqs=2, max_num_batched_tokens=8)
+    first = llm.generate(PROMPTS, SAMPLING)
+    second = llm.generate(PROMPTS, SAMPLING)
+    assert [o.token_ids for o in first[:1]] == [o.token_ids for o in second[:1]]  # greedy
+    assert [o.token_ids for o in first[1:2]] == [o.token_ids for o in second[1:2]]  # explicit seed
+
+
+_SEEN: list[tuple[bool, bool]] = []
+
+
+@entry_point
+def spy_forward(model: ToyLM, inp: ForwardInput) -> Float[Tensor, "num_logits vocab"]:
+    """Records (has stale rows, got device tokens) per step, then runs the correct toy forward."""
+    _SEEN.append((inp.has_stale_rows, inp.device_tokens is not None))
+    return toy_forward.__wrapped__(model, inp)
+
+
+@pytest.mark.parametrize("honors", [True, False])
+def test_only_an_opted_in_forward_is_handed_device_tokens(honors):
+    _SEEN.clear()
+    factory = dataclasses.replace(
+        toy_factory(), forward=spy_forward, honors_device_token_ids=honors
+    )
+    generate(factory, async_scheduling=True)
+    if honors:
+        assert (True, True) in _SEEN and all(got for _, got in _SEEN)
+    else:
+        assert _SEEN and not any(stale or got for stale, got in _SEEN)
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_eos_stops_and_the_async_extra_token_is_discarded(async_scheduling):
+    probe = LLM(toy_factory(), async_scheduling=False).generate(
+        [PROMPTS[0]], SamplingParams(max_tokens=10)
+    )
+    eos = probe[0].token_ids[3]
+    cut = probe[0].token_ids.index(eos) + 1
+    llm = LLM(toy_factory(eos_token_id=eos), async_scheduling=async_scheduling, max_num_seqs=2)
+    out = llm.generate([PROMPTS[0], PROMPTS[1]], SamplingParams(max_tokens=10))
+    assert out[0].token_ids == probe[0].token_ids[:cut] and out[0].finish_reason == "stop"
+    ignored = llm.generate([PROMPTS[0]], SamplingParams(max_tokens=10, ignore_eos=True))
+    assert ignored[0].token_ids == probe[0].token_ids and ignored[0].finish_reason == "length"
+    if async_scheduling:
+        assert llm.stats.discarded_tokens >= 1  # EOS was learnt after the next step launched
+    else:
+        assert llm.stats.discarded_tokens == 0
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_stop_token_ids_max_tokens_and_context_length(async_scheduling):
+    factory = toy_factory(max_model_len=24)
+    llm = LLM(factory, async_scheduling=async_scheduling)
+    free = llm.generate([PROMPTS[1]], SamplingParams(max_tokens=12))[0].token_ids
+    stop = free[4]
+    out = llm.generate(
+        [PROMPTS[1], PROMPTS[1], PROMPTS[0]],
+        [
+            SamplingParams(max_tokens=12, stop_token_ids=(stop,)),
+            SamplingParams(max_tokens=2),
+            SamplingParams(max_tokens=50),
+        ],
+    )
+    assert out[0].token_ids == free[: free.index(stop) + 1] and out[0].finish_reason == "stop"
+    assert out[1].token_ids == free[:2] and out[1].finish_reason == "length"
+    assert (
+        len(out[2].token_ids) == 24 - 20 and out[2].finish_reason == "length"
+    )  # the context is full
+
+
+def test_model_by_architecture_preset_and_path(tmp_path):
+    factory = toy_factory("ToyNamedLM", seed=5)
+    registry.register(factory)
+    try:
+        expected = LLM(factory).generate(PROMPTS[:2], SamplingParams(max_tokens=6))
+        by_arch = LLM("ToyNamedLM").generate(PROMPTS[:2], SamplingParams(max_tokens=6))
+        by_preset = LLM("toynamedlm").generate(PROMPTS[:2], SamplingParams(max_tokens=6))
+        factory.save(factory.build_preset("toynamedlm"), tmp_path / "toy")
+        by_path = LLM(tmp_path / "toy").generate(PROMPTS[:2], SamplingParams(max_tokens=6))
+    finally:
+        registry.unregister(factory)
+    assert expected == by_arch == by_preset == by_path
+
+
+@pytest.mark.parametrize(
+    ("prompts", "sampling", "message"),
+    [
+        ([[1, 2], []], None, "prompt 1 is empty"),
+        (
+            [[1, 128, -1]],
+            None,
+            r"prompt 0: token ids \[128, -1\] are outside the vocabulary \[0, 128\)",
+        ),
+        (
+            [list(range(100)) * 2],
+            None,
+            "prompt 0 has 200 tokens but model 'ToyLM' has a context of max_model_len=128",
+        ),
+        (["hello"], None, "prompt 0: expected a list of token ids, got str"),
+        ([[1]], [SamplingParams(), SamplingParams()], "a list of 1 \\(one per prompt\\)"),
+        (
+            [[1]],
+            SamplingParams(stop_token_ids=(500,)),
+            r"stop_token_ids \[500\] are outside the vocabulary",
+        ),
+        ([[1]], {"max_tokens": 3}, "sampling must be one SamplingParams"),
+    ],
+)
+def test_bad_generate_input_is_refused_before_any_step(prompts, sampling, message):
+    llm = LLM(toy_factory())
+    with pytest.raises(ConfigError, match=message):
+        llm.generate(prompts, sampling)
+    assert llm.stats.total_steps == 0
+    assert llm.generate([[1, 2]], SamplingParams(max_tokens=2))[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_tokens": 0}, r"max_tokens must be an int >= 1, got 0"),
+        ({"temperature": -0.5}, "temperature must be a finite number >= 0"),
+        ({"temperature": float("nan")}, "temperature must be a finite number >= 0"),
+        ({"top_p": 0.0}, r"top_p must lie in \(0, 1\]"),
+        ({"top_k": -1}, "top_k must be an int >= 0"),
+        ({"seed": -3}, "seed must be an int >= 0"),
+        ({"stop_token_ids": 7}, "stop_token_ids must be a sequence of token ids"),
+        ({"ignore_eos": 1}, "ignore_eos must be a bool"),
+    ],
+)
+def test_invalid_sampling_params(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        SamplingParams(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("model", "kwargs", "message"),
+    [
+        ("NoSuchLM", {}, "unknown architecture or model 'NoSuchLM'"),
+        (None, {}, "model must be a registered name, a ModelFactory or a path, got NoneType"),
+        (
+            toy_factory(),
+            {"on_unhonored": "ignore"},
+            "on_unhonored='ignore' is not a policy; valid: fallback, refuse",
+        ),
+        (toy_factory(), {"max_num_seqs": 0}, "max_num_seqs must be a positive int, got 0"),
+        (
+            toy_factory(),
+            {"max_num_batched_tokens": 2.5},
+            "max_num_batched_tokens must be a positive int",
+        ),
+        (toy_factory(), {"async_scheduling": "yes"}, "async_scheduling must be a bool"),
+        (toy_factory(), {"device": "tpu:0"}, "device='tpu:0'"),
+        (toy_factory(), {"seed": -1}, "seed must be an int >= 0"),
+    ],
+)
+def test_bad_engine_settings(model, kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        LLM(model, **kwargs)
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the message on a machine without CUDA"
+)
+def test_cuda_without_cuda_is_a_clear_error():
+    with pytest.raises(ConfigError, match="CUDA is not available here; use device='cpu'"):
+        LLM(toy_factory(), device="cuda")
+
+
+@pytest.mark.parametrize(
+    ("async_scheduling", "honors"), [(True, True), (True, False), (False, True)]
+)
+def test_each_token_records_the_step_and_row_that_sampled_it(async_scheduling, honors):
+    llm = LLM(toy_factory(honors=honors), async_scheduling=async_scheduling, max_num_seqs=2)
+    out = llm.generate([[1, 2, 3], [4, 5]], SamplingParams(max_tokens=4))
+    for o in out:
+        assert len(o.origins) == len(o.token_ids)
+        steps = [origin.step for origin in o.origins]
+        assert steps == sorted(steps) and steps[-1] < llm.stats.total_steps
+        # The prefill's token comes from fresh ids; decode rows are spliced only on the async
+        # path of a forward that honours device ids (a fallback step runs on fresh host ids).
+        assert [origin.stale for origin in o.origins] == [False] + [async_scheduling and honors] * 3
+    assert out[0].origins[0].row == 0 and out[1].origins[0].row == 1
+    stats = llm.stats.as_dict()
+    assert stats["total_steps"] == llm.stats.total_steps == 4 and stats["finished_requests"] == 2

@@ -1,0 +1,74 @@
+"""Device mirror: per-slot seeding, one-copy uploads, and the deferred device→host copy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tokenstate.contracts import PLACEHOLDER, ContractViolation
+from tokenstate.runtime import SamplingParams
+from tokenstate.runtime.input_prep import HostTokenTable, prepare_inputs
+from tokenstate.runtime.kernels import StepGuard, guarded_embedding
+from tokenstate.runtime.mirror import DeviceMirror
+from tokenstate.runtime.scheduler import Request, Scheduler
+
+CPU = torch.device("cpu")
+
+
+def test_admit_reseeds_only_the_admitted_slots():
+    mirror = DeviceMirror(3, CPU)
+    mirror.last_sampled.fill_(7)
+    mirror.num_computed.fill_(9)
+    req = Request(
+        0,
+        (1, 2, 3),
+        SamplingParams(temperature=0.5, top_k=4, top_p=0.9),
+        seed=2**62 + 3,
+        eos_token_id=None,
+        slot=1,
+        prefill_len=3,
+    )
+    mirror.admit([req])
+    assert mirror.prefill_len.tolist() == [0, 3, 0]
+    assert mirror.num_computed.tolist() == [9, 0, 9]
+    assert mirror.last_sampled.tolist() == [7, PLACEHOLDER, 7]
+    assert (
+        mirror.top_k[1] == 4
+        and mirror.temperature[1] == 0.5
+        and abs(float(mirror.top_p[1]) - 0.9) < 1e-6
+    )
+    assert int(mirror.seed[1]) == 3  # seeds are kept to 62 bits for the sampler's hash
+
+
+def test_upload_copies_every_field_into_device_buffers_not_host_views():
+    sched = Scheduler(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=16)
+    table = HostTokenTable(2, 16)
+    for i, prompt in enumerate(((5, 6, 7), (8, 9))):
+        sched.add(Request(i, prompt, SamplingParams(), seed=0, eos_token_id=None))
+    batch = sched.schedule()
+    for req in batch.admitted:
+        table.admit(req)
+    step = prepare_inputs(batch, table, spliced=True)
+    mirror = DeviceMirror(2, CPU, capacity=4)  # too small on purpose: the staging buffer grows
+    dev = mirror.upload(step)
+    assert dev.host_ids.tolist() == [5, 6, 7, 8, 9]
+    assert dev.positions.dtype == torch.int64 and dev.positions.tolist() == [0, 1, 2, 0, 1]
+    assert dev.query_start_loc.tolist() == [0, 3, 5] and dev.seq_lens.tolist() == [3, 2]
+    assert dev.logits_indices.tolist() == [2, 4] and dev.sample_output_index.tolist() == [0, 0]
+    step.positions[0] = 99  # the host array is staging input only: the device copy is separate
+    assert dev.positions[0] == 0
+
+
+def test_pending_tokens_resolve_late_and_raise_recorded_violations():
+    mirror = DeviceMirror(2, CPU)
+    sampled = torch.tensor([4, 5], dtype=torch.int32)
+    guard = StepGuard()
+    with guard:
+        guarded_embedding(torch.tensor([0, PLACEHOLDER]), torch.zeros(8, 2))  # recorded, not raised
+    pending = mirror.start_copy(sampled, guard, None)
+    sampled.fill_(0)  # the device buffer moves on; the in-flight copy keeps the step's tokens
+    with pytest.raises(ContractViolation, match="PLACEHOLDER"):
+        pending.resolve()
+    clean = mirror.start_copy(torch.tensor([1, 2], dtype=torch.int32), StepGuard(), None)
+    assert np.array_equal(clean.resolve(), [1, 2])

@@ -1,0 +1,46 @@
+"""The runner's data flow: on the async path the host learns each step's tokens one step late."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenstate.contracts import PLACEHOLDER
+from tokenstate.runtime import LLM, SamplingParams
+from tokenstate.runtime.input_prep import prepare_inputs
+from tokenstate.runtime.scheduler import Request
+from tokenstate.runtime.testing import toy_factory
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_host_learns_sampled_tokens_one_step_late_only_on_the_async_path(async_scheduling):
+    llm = LLM(toy_factory(), async_scheduling=async_scheduling)
+    runner = llm._runner
+    request = Request(0, (5, 6, 7), SamplingParams(max_tokens=4), seed=0, eos_token_id=None)
+    runner.scheduler.add(request)
+    known_after_step = []
+    while runner.scheduler.has_unfinished or runner.has_pending:
+        runner.step()
+        known_after_step.append(len(request.output_token_ids))
+    if async_scheduling:
+        # Step k's token is resolved only once step k + 1 has been launched; the last step that
+        # runs is a bare resolve (nothing left to schedule).
+        assert known_after_step == [0, 1, 2, 3, 4]
+        assert llm.stats.async_steps == 4
+    else:
+        assert known_after_step == [1, 2, 3, 4]
+    assert request.finish_reason == "length" and not runner.has_pending
+
+
+def test_a_decode_row_is_prepared_before_the_host_knows_its_token():
+    llm = LLM(toy_factory(), max_num_seqs=1)
+    runner = llm._runner
+    request = Request(0, (9, 8), SamplingParams(max_tokens=3), seed=0, eos_token_id=None)
+    runner.scheduler.add(request)
+    runner.step()  # the prefill step: launched, its token still in flight
+    batch = runner.scheduler.schedule()  # the decode row, prepared before that token resolved
+    prepared = prepare_inputs(batch, runner.table, spliced=True)
+    assert request.output_token_ids == []
+    assert prepared.host_tokens.placeholder_buffer().tolist() == [PLACEHOLDER]
+    on_device = int(runner.mirror.last_sampled[request.slot])  # what combine will splice in
+    runner._resolve_pending()
+    assert request.output_token_ids == [on_device]

@@ -1,0 +1,103 @@
+"""Scheduler: decode-first rows, token budget, chunked prefill, slots, stops and the extra token."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tokenstate.runtime import SamplingParams
+from tokenstate.runtime.scheduler import Request, Scheduler
+
+
+def make(request_id: int, prompt_len: int, eos: int | None = None, **params) -> Request:
+    prompt = tuple(range(1, prompt_len + 1))
+    return Request(request_id, prompt, SamplingParams(**params), seed=0, eos_token_id=eos)
+
+
+def shape(batch) -> list[tuple[int, int, int, bool]]:
+    """(request id, num_computed, num_new_tokens, samples) per row."""
+    return [(r.request.request_id, r.num_computed, r.num_new_tokens, r.samples) for r in batch.rows]
+
+
+def resolve(sched: Scheduler, batch, tokens: list[int]):
+    return sched.update(batch, np.array(tokens, dtype=np.int32))
+
+
+def test_chunked_prefill_within_the_token_budget_then_decode_first():
+    sched = Scheduler(max_num_seqs=4, max_num_batched_tokens=6, max_model_len=64)
+    for i, n in enumerate((10, 3)):
+        sched.add(make(i, n))
+    first = sched.schedule()
+    assert shape(first) == [(0, 0, 6, False)]  # the budget cuts request 0's prompt
+    assert [r.request_id for r in first.admitted] == [0]
+    second = sched.schedule()
+    # Request 0 finishes its prefill (4 tokens) and request 1 gets the 2 tokens left of the budget.
+    assert shape(second) == [(0, 6, 4, True), (1, 0, 2, False)]
+    third = sched.schedule()
+    # Decode rows come first: request 0 feeds its in-flight token before request 1's last chunk.
+    assert shape(third) == [(0, 10, 1, True), (1, 2, 1, True)]
+    assert [r.slot for r in sched.running] == [0, 1]
+
+
+def test_max_num_seqs_limits_admission_and_a_freed_slot_is_reused():
+    sched = Scheduler(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=64)
+    for i in range(3):
+        sched.add(make(i, 2, max_tokens=1))
+    batch = sched.schedule()
+    assert shape(batch) == [(0, 0, 2, True), (1, 0, 2, True)]
+    assert len(sched.waiting) == 1
+    finished, kept = resolve(sched, batch, [7, 8])
+    assert [r.request_id for r in finished] == [0, 1] and kept.tolist() == [True, True]
+    assert [r.finish_reason for r in finished] == ["length", "length"]
+    nxt = sched.schedule()
+    assert shape(nxt) == [(2, 0, 2, True)]
+    assert nxt.admitted[0].slot == 0  # the lowest free slot, re-seeded (prefill_len = its prompt)
+    assert nxt.admitted[0].prefill_len == 2
+
+
+def test_max_tokens_is_known_at_schedule_time_so_no_row_is_wasted():
+    sched = Scheduler(max_num_seqs=1, max_num_batched_tokens=64, max_model_len=64)
+    sched.add(make(0, 3, max_tokens=1))
+    sched.schedule()  # the prefill samples the one allowed token, still in flight
+    assert sched.schedule().rows == ()  # nothing more to feed until the host learns the token
+
+
+def test_async_extra_token_of_a_finished_request_is_discarded():
+    sched = Scheduler(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=64)
+    sched.add(make(0, 2, eos=5, max_tokens=8))
+    step1 = sched.schedule()
+    step2 = sched.schedule()  # async: scheduled before step 1's token is known
+    assert shape(step2) == [(0, 2, 1, True)]
+    finished, kept = resolve(sched, step1, [5])  # step 1 sampled EOS
+    assert [r.finish_reason for r in finished] == ["stop"] and kept.tolist() == [True]
+    finished, kept = resolve(sched, step2, [9])
+    assert finished == [] and kept.tolist() == [False]
+    req = step1.rows[0].request
+    assert req.output_token_ids == [5] and not sched.has_unfinished
+
+
+@pytest.mark.parametrize(
+    ("params", "tokens", "expected", "reason"),
+    [
+        ({"max_tokens": 3}, [4, 4, 4, 4], [4, 4, 4], "length"),
+        ({"max_tokens": 9, "stop_token_ids": (6,)}, [4, 6, 4], [4, 6], "stop"),
+        ({"max_tokens": 9}, [4, 2, 4], [4, 2], "stop"),  # 2 is the EOS below
+        (
+            {"max_tokens": 9, "ignore_eos": True},
+            [2, 2, 2, 2],
+            [2, 2, 2, 2],
+            "length",
+        ),  # context full
+    ],
+)
+def test_stop_conditions(params, tokens, expected, reason):
+    sched = Scheduler(max_num_seqs=1, max_num_batched_tokens=64, max_model_len=6)
+    sched.add(make(0, 2, eos=2, **params))
+    req = None
+    for token in tokens:
+        batch = sched.schedule()
+        if not batch.rows:
+            break
+        req = batch.rows[0].request
+        resolve(sched, batch, [token])  # sync: resolve every step
+    assert req is not None and req.output_token_ids == expected and req.finish_reason == reason
