@@ -30,6 +30,18 @@ def _check(args: argparse.Namespace) -> int:
     return run_check(args)
 
 
+def _gate(args: argparse.Namespace) -> int:
+    from tokenstate.runtime.gate_cli import run_gate_command
+
+    return run_gate_command(args)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from tokenstate.runtime.verify import run_verify
+
+    return run_verify(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tokenstate",
@@ -62,6 +74,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_specs_arguments(specs)
     specs.set_defaults(handler=run_specs)
+    from tokenstate.runtime.gate_cli import add_model_arguments
+    from tokenstate.runtime.verify import add_verify_arguments
+
+    gate = sub.add_parser(
+        "gate",
+        help="token gate: the same requests through the sync path, the async path and the HF oracle",
+        description="Run a built-in request set (chunked prefill, mixed prefill/decode steps) through "
+        "the synchronous and asynchronous paths of every selected model, and through HF transformers "
+        "when installed; report matched/total per request and, on a divergence, the first diverging "
+        "step, row, tokens and whether the row was stale. Exit 1 on any divergence.",
+    )
+    add_model_arguments(gate)
+    gate.set_defaults(handler=_gate)
+    verify = sub.add_parser(
+        "verify",
+        help="the main job: routing checker, token gate and spec ledger for every registered model",
+        description="Prove that every registered forward honours the stale-host-ids contract: the "
+        "routing checker over the registry, the token gate per model (sync vs async vs HF oracle), "
+        "and the spec ledger re-proved by running the spec tests. Exit 1 on any finding, divergence "
+        "or lost red-before.",
+    )
+    add_verify_arguments(verify)
+    verify.set_defaults(handler=_verify)
     return parser
 
 

@@ -11,12 +11,13 @@ transformers is installed (teacher-forced, see :mod:`tokenstate.runtime.oracle`)
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tokenstate.contracts import ConfigError, checks_mode
+from tokenstate.contracts import ConfigError, TokenStateError, checks_mode
 from tokenstate.runtime.llm import LLM
 from tokenstate.runtime.outputs import RequestOutput, TokenOrigin
 from tokenstate.runtime.params import SamplingParams
@@ -88,6 +89,7 @@ class GateReport:
     requests: list[dict[str, PathResult]] = field(default_factory=list)
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
     prompt_lens: list[int] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)  # path -> the contract error it raised
 
     def totals(self) -> dict[str, tuple[int, int]]:
         """``comparison -> (matched, total)`` over all requests."""
@@ -98,7 +100,7 @@ class GateReport:
 
     @property
     def passed(self) -> bool:
-        return all(r[c].ok for r in self.requests for c in self.comparisons)
+        return not self.errors and all(r[c].ok for r in self.requests for c in self.comparisons)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -106,6 +108,7 @@ class GateReport:
             "passed": self.passed,
             "totals": {c: {"matched": m, "total": t} for c, (m, t) in self.totals().items()},
             "stats": self.stats,
+            "errors": self.errors,
             "requests": [
                 {
                     "request_id": i,
@@ -150,14 +153,15 @@ def _compare(
 
 
 def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[int]] | None = None) -> GateReport:
-    """Run the gate for one model (a preset/architecture name, a factory, or an HF directory)."""
+    """Run the gate for one model (a preset/architecture name, a factory, or an HF directory).
+
+    A path whose forward raises a contract error (a stale read, a placeholder in the embedding) is
+    recorded in ``report.errors`` — the gate fails, and the error names the rows.
+    """
     config = config or GateConfig()
     params = SamplingParams(max_tokens=config.max_tokens, ignore_eos=True)
-    outputs: dict[str, list[RequestOutput]] = {}
-    origins: dict[str, list[tuple[TokenOrigin, ...]]] = {}
-    report: GateReport | None = None
-    for path, async_scheduling in (("sync", False), ("async", True)):
-        llm = LLM(
+    engines = {
+        path: LLM(
             model,
             async_scheduling=async_scheduling,
             device=config.device,
@@ -165,30 +169,37 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
             max_num_batched_tokens=config.max_num_batched_tokens,
             seed=config.seed,
         )
-        if prompts is None:
-            prompts = builtin_prompts(llm.model.vocab_size, llm.model.max_model_len, config)
-        if report is None:
-            oracle_on = config.oracle and _oracle_ready()
-            comparisons = ["async vs sync"] + (["sync vs oracle", "async vs oracle"] if oracle_on else [])
-            report = GateReport(model=llm.factory.name, comparisons=comparisons, prompt_lens=[len(p) for p in prompts])
-        with checks_mode(config.checks) if config.checks else _nullcontext():
-            outputs[path] = llm.generate(prompts, params)
-        origins[path] = [o.origins for o in outputs[path]]
-        report.stats[path] = llm.stats.as_dict()
-    assert report is not None and prompts is not None
-    oracle_choices: list[dict[str, list[int]]] = [{} for _ in prompts]
-    if "sync vs oracle" in report.comparisons:
+        for path, async_scheduling in (("sync", False), ("async", True))
+    }
+    llm = engines["sync"]
+    if prompts is None:
+        prompts = builtin_prompts(llm.model.vocab_size, llm.model.max_model_len, config)
+    comparisons = ["async vs sync"]
+    if config.oracle and _oracle_ready() and llm.factory.save is not None:
+        comparisons += ["sync vs oracle", "async vs oracle"]
+    report = GateReport(model=llm.factory.name, comparisons=comparisons, prompt_lens=[len(p) for p in prompts])
+    outputs: dict[str, list[RequestOutput]] = {}
+    for path, engine in engines.items():
+        try:
+            with checks_mode(config.checks) if config.checks else contextlib.nullcontext():
+                outputs[path] = engine.generate(prompts, params)
+        except TokenStateError as exc:
+            report.errors[path] = f"{type(exc).__name__}: {exc}"
+        report.stats[path] = engine.stats.as_dict()
+    if report.errors:
+        return report
+    oracle = None
+    if "sync vs oracle" in comparisons:
         from tokenstate.runtime.oracle import HFOracle
 
         oracle = HFOracle(llm.factory, llm.model)
-        for i, prompt in enumerate(prompts):
-            for path in ("sync", "async"):
-                oracle_choices[i][path] = oracle.greedy_choices(prompt, list(outputs[path][i].token_ids))
-    for i in range(len(prompts)):
-        row = {"async vs sync": _compare("async vs sync", outputs["sync"][i].token_ids, outputs["async"][i], origins["async"][i])}
-        for path in ("sync", "async") if oracle_choices[i] else ():
-            name = f"{path} vs oracle"
-            row[name] = _compare(name, oracle_choices[i][path], outputs[path][i], origins[path][i])
+    for i, prompt in enumerate(prompts):
+        sync, async_ = outputs["sync"][i], outputs["async"][i]
+        row = {"async vs sync": _compare("async vs sync", sync.token_ids, async_, async_.origins)}
+        if oracle is not None:
+            for path, out in (("sync", sync), ("async", async_)):
+                name = f"{path} vs oracle"
+                row[name] = _compare(name, oracle.greedy_choices(prompt, list(out.token_ids)), out, out.origins)
         report.requests.append(row)
     return report
 
@@ -197,11 +208,3 @@ def _oracle_ready() -> bool:
     from tokenstate.runtime.oracle import oracle_available
 
     return oracle_available()
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None

@@ -49,6 +49,7 @@ class HFOracle:
         import transformers
 
         transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()  # a gate report, not a download log
         with tempfile.TemporaryDirectory(prefix="tokenstate-oracle-") as tmp:
             factory.save(model, Path(tmp))
             self.model = transformers.AutoModelForCausalLM.from_pretrained(

@@ -1,0 +1,133 @@
+"""``tokenstate gate``: the async-vs-sync (and vs HF oracle) token gate, per model and request."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from tokenstate.contracts import CHECK_MODES, ConfigError
+from tokenstate.runtime import registry
+from tokenstate.runtime.gate import GateConfig, GateReport, run_gate
+
+__all__ = ["add_model_arguments", "gate_config", "gate_models", "render_gate", "run_gate_command"]
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by ``gate`` and ``verify``: which models, how many requests, where to run."""
+    parser.add_argument(
+        "--model", action="append", default=[], metavar="NAME",
+        help="a preset (tiny-llama), an architecture, or an HF-format directory; repeatable "
+        "(default: the first preset of every registered model)",
+    )
+    parser.add_argument(
+        "--module", action="append", default=[], metavar="PKG",
+        help="import PKG first so the models it registers are included; repeatable",
+    )
+    parser.add_argument("--requests", type=int, default=8, help="requests per model (default: 8)")
+    parser.add_argument("--max-tokens", type=int, default=32, help="tokens per request (default: 32)")
+    parser.add_argument(
+        "--budget", type=int, default=32,
+        help="token budget per step; prompts longer than it are prefilled in chunks (default: 32)",
+    )
+    parser.add_argument("--max-num-seqs", type=int, default=4, help="requests running at once (default: 4)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the built-in request set (default: 0)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="execution device")
+    parser.add_argument(
+        "--checks", default=None, choices=CHECK_MODES,
+        help="checks mode for the run (default: TOKENSTATE_CHECKS, else boundary)",
+    )
+    parser.add_argument("--no-oracle", action="store_true", help="skip the HF transformers oracle")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+
+
+def gate_config(args: argparse.Namespace) -> GateConfig:
+    return GateConfig(
+        num_requests=args.requests,
+        max_tokens=args.max_tokens,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.budget,
+        seed=args.seed,
+        device=args.device,
+        checks=args.checks,
+        oracle=not args.no_oracle,
+    )
+
+
+def gate_models(args: argparse.Namespace) -> list[str]:
+    """Import ``--module`` packages, then the models to gate (explicit, or every registered one)."""
+    for name in args.module:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigError(f"--module {name}: cannot import it ({exc}).") from exc
+    if args.model:
+        return list(args.model)
+    models = []
+    for factory in registry.factories():
+        if not factory.presets:
+            raise ConfigError(
+                f"registered model {factory.name!r} has no embedded preset to gate; pass --model with "
+                "a path to its HF-format directory."
+            )
+        models.append(next(iter(factory.presets)))
+    return models
+
+
+def run_gates(models: list[str], config: GateConfig, console: Console, quiet: bool) -> list[GateReport]:
+    reports = []
+    with Progress(console=console, transient=True, disable=quiet) as progress:
+        task = progress.add_task("token gate", total=len(models))
+        for name in models:
+            progress.update(task, description=f"token gate: {name}")
+            reports.append(run_gate(name, config))
+            progress.advance(task)
+    return reports
+
+
+def _cell(report: GateReport, comparison: str) -> str:
+    if comparison not in report.comparisons:
+        return "—"
+    matched, total = report.totals()[comparison]
+    return f"[{'green' if matched == total else 'red'}]{matched}/{total}[/]"
+
+
+def render_gate(reports: list[GateReport], console: Console) -> None:
+    """A summary table per model, then every failing request with its first divergence."""
+    table = Table(title="token gate (matched/total tokens)", title_justify="left")
+    for column in ("model", "async vs sync", "sync vs oracle", "async vs oracle", "async steps", "fallback steps", "result"):
+        table.add_column(column)
+    for r in reports:
+        stats = r.stats.get("async", {})
+        table.add_row(
+            r.model,
+            *(_cell(r, c) for c in ("async vs sync", "sync vs oracle", "async vs oracle")),
+            str(stats.get("async_steps", "—")),
+            str(stats.get("fallback_steps", "—")),
+            "[green]pass[/]" if r.passed else "[red]FAIL[/]",
+        )
+    console.print(table)
+    for r in reports:
+        for path, error in r.errors.items():
+            console.print(f"[red]{r.model}, {path} path raised[/] {error}")
+        for i, row in enumerate(r.requests):
+            for comparison, result in row.items():
+                if result.divergence is not None:
+                    console.print(
+                        f"[red]{r.model}[/] request {i} (prompt {r.prompt_lens[i]} tokens), {comparison}: "
+                        f"{result.matched}/{result.total}; first divergence {result.divergence.describe()}"
+                    )
+
+
+def run_gate_command(args: argparse.Namespace) -> int:
+    console = Console(stderr=args.json)
+    reports = run_gates(gate_models(args), gate_config(args), console, quiet=args.json)
+    if args.json:
+        print(json.dumps({"passed": all(r.passed for r in reports), "models": [r.to_json() for r in reports]}, indent=2))
+    else:
+        render_gate(reports, console)
+    return 0 if all(r.passed for r in reports) else 1
