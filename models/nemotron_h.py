@@ -243,5 +243,5 @@ NEMOTRON_H_FACTORY: Final = ModelFactory(
     presets={"tiny-nemotron-h": TINY_NEMOTRON_H},
     preset_seed=0,
     supports_speculative=False,
-    name="NemotronH",
+    name="nemotron-h",
 )

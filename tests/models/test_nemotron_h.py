@@ -240,7 +240,7 @@ def test_routing_checker_sees_through_the_scope():
 
     forward = NEMOTRON_H_FACTORY.forward.__wrapped__
     target = EntryTarget(
-        "NemotronH",
+        "nemotron-h",
         forward.__module__,
         forward.__qualname__,
         NEMOTRON_H_FACTORY.honors_device_token_ids,

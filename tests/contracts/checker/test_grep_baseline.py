@@ -45,8 +45,8 @@ def test_checker_has_no_false_positive_or_negative_where_grep_has_both(zoo) -> N
     assert (checker_fp, checker_fn) == ([], [])
     # grep flags delegation (helpers in another file, module/class aliases, pooling) ...
     assert {"czoo.calls.via_helper", "czoo.aliases.module_alias", "czoo.inert.position_pooling"} <= set(grep_fp)
-    if any(t.name == "NemotronH" for t, _ in references):
-        assert "NemotronH" in grep_fp  # the scope: its file never names the device field
+    if any(t.name == "nemotron-h" for t, _ in references):
+        assert "nemotron-h" in grep_fp  # the scope: its file never names the device field
     # ... and passes files whose text names the field while a route embeds host ids
     assert {"czoo.comment_lies.mentions_device_tokens", "czoo.scoped_models.contextvar_scope_host"} <= set(grep_fn)
     assert len(grep_fp) >= 5 and len(grep_fn) >= 5, (grep_fp, grep_fn)
