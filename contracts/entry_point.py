@@ -8,9 +8,11 @@
   logits must be ``[num_logits, vocab]`` on the input's device, with ``num_logits`` bound to the
   input's ``logits_indices`` and ``vocab`` to the model's ``vocab_size`` when it has one.
 
-In ``boundary`` mode the shape/dtype work is done once per *signature* (the tuple of shapes, dtypes
-and devices of the call); repeated calls with a proven signature pay only beartype's nominal
-parameter checks plus a comparison of the output's metadata. ``full`` re-proves every call; ``off``
+In ``boundary`` mode the shape/dtype work is done once per *signature* (the tuple of argument types,
+shapes, dtypes and devices of the call; a ``ForwardInput`` carries its signature from construction);
+repeated calls with a proven signature pay a dictionary lookup and a comparison of the output's
+metadata — plus beartype's nominal parameter checks when an annotation looks at values, not only
+types (``list[int]``, ``Literal``). ``full`` re-proves every call; ``off``
 calls the forward directly. Violations become :class:`~tokenstate.contracts.ContractViolation`
 naming the entry point, the argument and the fix.
 """
@@ -18,6 +20,7 @@ naming the entry point, the argument and the fix.
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 import typing
 from collections.abc import Callable
@@ -59,26 +62,58 @@ def _strip_array_hint(hint: Any) -> Any:
     return hint
 
 
+_PLAIN, _TENSOR, _INPUT = 0, 1, 2
+_kinds: dict[type, int] = {}  # argument type -> how its signature is taken (isinstance on a
+# torch.Tensor subclass goes through a metaclass hook; a dict lookup per type is several times cheaper)
+
+
+def _kind_of(cls: type) -> int:
+    kind = _TENSOR if issubclass(cls, torch.Tensor) else _INPUT if issubclass(cls, ForwardInput) else _PLAIN
+    _kinds[cls] = kind
+    return kind
+
+
 def _signature_of(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return (value.shape, value.dtype, value.device)
-    if isinstance(value, ForwardInput):
-        dev = value.device_tokens
-        return (
-            ForwardInput,
-            value.num_tokens,
-            value.num_logits,
-            value.layout.num_rows,
-            value.device,
-            None if dev is None else dev.ids.dtype,
-        )
-    return type(value)
+    """A call argument's (or the output's) checking signature: the metadata a proof depends on."""
+    cls = type(value)
+    kind = _kinds.get(cls)
+    if kind is None:
+        kind = _kind_of(cls)
+    if kind == _INPUT:
+        return value.signature  # computed once, when the step's input was built and validated
+    if kind == _TENSOR:
+        return (cls, value.shape, value.dtype, value.device)
+    return cls
+
+
+def _call_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    key = tuple(map(_signature_of, args))
+    if kwargs:
+        key += tuple((k, _signature_of(v)) for k, v in sorted(kwargs.items()))
+    return key
+
+
+def _decided_by_type(hint: Any) -> bool:
+    """Whether a nominal check of ``hint`` depends on the argument's type alone.
+
+    For such parameters a call whose key matches a proven call (the key holds every argument's
+    type) passes the nominal check by construction, so the proven path can skip it. Generics,
+    literals and validators (``list[int]``, ``Literal[3]``, ``Annotated[...]``) look at values and
+    keep the check.
+    """
+    if hint is Any or hint is type(None):
+        return True
+    if isinstance(hint, type):
+        return not getattr(hint, "_is_protocol", False) and typing.get_origin(hint) is None
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return all(_decided_by_type(a) for a in typing.get_args(hint))
+    return False
 
 
 class EntryPoint:
     """A forward wrapped by :func:`entry_point`; call it like the forward itself."""
 
-    __slots__ = ("__dict__", "__wrapped__", "_full", "_nominal", "_proven", "name")
+    __slots__ = ("__dict__", "__wrapped__", "_full", "_key_decides_types", "_nominal", "_proven", "name")
 
     def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
         if not callable(fn) or isinstance(fn, EntryPoint):
@@ -90,6 +125,7 @@ class EntryPoint:
         self.name: str = name or f"{fn.__module__}.{fn.__qualname__}"
         self._full: Callable[..., Any] | None = None
         self._nominal: Callable[..., Any] | None = None
+        self._key_decides_types = False
         # call signature -> proven output signature
         self._proven: dict[tuple[Any, ...], Any] = {}
 
@@ -107,8 +143,16 @@ class EntryPoint:
         clone.__kwdefaults__ = fn.__kwdefaults__
         clone.__qualname__ = fn.__qualname__
         clone.__module__ = fn.__module__
-        clone.__annotations__ = {k: _strip_array_hint(v) for k, v in hints.items() if k != "return"}
+        nominal_hints = {k: _strip_array_hint(v) for k, v in hints.items() if k != "return"}
+        clone.__annotations__ = nominal_hints
         self._nominal = beartype(clone)
+        # Parameters whose nominal check the call key already decides (see _decided_by_type); with
+        # *args/**kwargs the key cannot tell which parameter an argument binds to, so keep checking.
+        code = fn.__code__
+        variadic = code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+        self._key_decides_types = not variadic and all(
+            _decided_by_type(h) for h in nominal_hints.values()
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         mode = get_checks_mode()
@@ -116,22 +160,25 @@ class EntryPoint:
             return self.__wrapped__(*args, **kwargs)
         if self._full is None:
             self._build()
-        key = tuple(_signature_of(a) for a in args) + tuple(
-            (k, _signature_of(v)) for k, v in sorted(kwargs.items())
-        )
+        key = _call_key(args, kwargs)
         proven = self._proven.get(key) if mode == "boundary" else None
-        try:
-            if proven is None:
-                out = self._full(*args, **kwargs)  # type: ignore[misc]
-                self._check_step_boundary(args, kwargs, out)
-                if mode == "boundary":
-                    self._proven[key] = _signature_of(out)
-                return out
-            out = self._nominal(*args, **kwargs)  # type: ignore[misc]
-        except (BeartypeCallHintViolation, TypeCheckError) as exc:
-            raise ContractViolation(f"entry point {self.name}: {_first_lines(exc)} {_FIX}") from exc
-        except BeartypeException as exc:
-            raise ContractDefinitionError(f"entry point {self.name}: cannot be checked: {exc}") from exc
+        if proven is not None and self._key_decides_types:
+            # The hot path: same argument types and tensor metadata as a proven call, so the
+            # nominal checks hold already; only the output's metadata is compared below.
+            out = self.__wrapped__(*args, **kwargs)
+        else:
+            try:
+                if proven is None:
+                    out = self._full(*args, **kwargs)  # type: ignore[misc]
+                    self._check_step_boundary(args, kwargs, out)
+                    if mode == "boundary":
+                        self._proven[key] = _signature_of(out)
+                    return out
+                out = self._nominal(*args, **kwargs)  # type: ignore[misc]
+            except (BeartypeCallHintViolation, TypeCheckError) as exc:
+                raise ContractViolation(f"entry point {self.name}: {_first_lines(exc)} {_FIX}") from exc
+            except BeartypeException as exc:
+                raise ContractDefinitionError(f"entry point {self.name}: cannot be checked: {exc}") from exc
         if _signature_of(out) != proven:
             self._check_step_boundary(args, kwargs, out)
         return out

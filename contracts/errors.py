@@ -11,9 +11,9 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
-    "EmbeddedBadIdsError",
     "ContractDefinitionError",
     "ContractViolation",
+    "EmbeddedBadIdsError",
     "StaleHostTokensError",
     "TokenStateError",
 ]

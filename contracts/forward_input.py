@@ -131,6 +131,8 @@ class ForwardInput:
     layout: BatchLayout
     logits_indices: torch.Tensor  # [num_logits] int64, execution device
     slots: torch.Tensor  # [num_rows] int64, execution device
+    signature: tuple[object, ...] = field(init=False, repr=False, compare=False)
+    """What a checked entry point keys its proofs on (computed once here, read on every call)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.host_tokens, HostTokens):
@@ -165,6 +167,12 @@ class ForwardInput:
                     f"ForwardInput: device_tokens are [{self.device_tokens.num_tokens}] on "
                     f"{self.device_tokens.device}; expected [{n}] on {device} like positions."
                 )
+        dev = self.device_tokens
+        signature = (
+            type(self), n, self.layout.num_logits, self.layout.num_rows, device,
+            None if dev is None else dev.ids.dtype,
+        )  # fmt: skip
+        object.__setattr__(self, "signature", signature)
 
     @staticmethod
     def _check_tensor(

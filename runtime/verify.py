@@ -32,7 +32,13 @@ from rich.table import Table
 from tokenstate.contracts import ConfigError
 from tokenstate.contracts.ledger.ledger import Ledger
 from tokenstate.contracts.ledger.report import is_healthy
-from tokenstate.runtime.gate_cli import add_model_arguments, gate_config, gate_models, render_gate, run_gates
+from tokenstate.runtime.gate_cli import (
+    add_model_arguments,
+    gate_config,
+    gate_models,
+    render_gate,
+    run_gates,
+)
 from tokenstate.runtime.routing_check import check_registry
 
 __all__ = ["SpecSummary", "add_verify_arguments", "find_specs_root", "run_spec_tests", "run_verify"]

@@ -15,36 +15,20 @@ Use :func:`check_entry_points` on :class:`EntryTarget` s; ``tokenstate check`` (
 
 from tokenstate.contracts.checker.config import (
     DEFAULT_SINKS as DEFAULT_SINKS,
-)
-from tokenstate.contracts.checker.config import (
     CheckerConfig as CheckerConfig,
-)
-from tokenstate.contracts.checker.config import (
     SinkSpec as SinkSpec,
 )
 from tokenstate.contracts.checker.engine import check_entry_points as check_entry_points
 from tokenstate.contracts.checker.grep_baseline import (
     grep_verdict as grep_verdict,
-)
-from tokenstate.contracts.checker.grep_baseline import (
     misclassified as misclassified,
 )
 from tokenstate.contracts.checker.report import (
     CheckReport as CheckReport,
-)
-from tokenstate.contracts.checker.report import (
     EntryResult as EntryResult,
-)
-from tokenstate.contracts.checker.report import (
     EntryTarget as EntryTarget,
-)
-from tokenstate.contracts.checker.report import (
     Hop as Hop,
-)
-from tokenstate.contracts.checker.report import (
     Route as Route,
-)
-from tokenstate.contracts.checker.report import (
     Verdict as Verdict,
 )
 

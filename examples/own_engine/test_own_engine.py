@@ -9,9 +9,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from my_engine import engine, model  # noqa: E402
+from my_engine import engine, model
 
-from tokenstate.contracts import StaleHostTokensError  # noqa: E402
+from tokenstate.contracts import StaleHostTokensError
 
 PROMPTS = [[3, 9, 12], [7, 1], [40, 41, 42, 43, 5]]
 
@@ -23,7 +23,7 @@ def _reference(prompts, max_tokens):
     lm = model.TinyRecurrentLM()
     out = []
     with torch.no_grad():
-        for slot, prompt in enumerate(prompts):
+        for prompt in prompts:
             h = torch.zeros(lm.mix.shape[0])
             tokens = list(prompt)
             generated = []

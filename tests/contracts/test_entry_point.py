@@ -126,7 +126,7 @@ def test_shapes_bound_across_arguments_of_a_plain_function():
         return x * y[:, None]
 
     assert scale(torch.ones(3, 2), torch.ones(3)).shape == (3, 2)
-    with pytest.raises(ContractViolation, match="entry point .*scale"):
+    with pytest.raises(ContractViolation, match=r"entry point .*scale"):
         scale(torch.ones(3, 2), torch.ones(4))
 
 

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from tokenstate.contracts import BatchLayout, ContractViolation, ForwardInput, HostTokens
+from tokenstate.contracts import BatchLayout, ContractViolation, HostTokens
 
 from .conftest import i32
 

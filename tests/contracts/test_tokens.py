@@ -82,7 +82,7 @@ def test_full_mode_refuses_a_placeholder_outside_the_stale_mask():
 
 
 def test_device_tokens_cannot_be_constructed_directly():
-    with pytest.raises(ContractViolation, match="cannot be constructed directly: use DeviceTokens.from_combine"):
+    with pytest.raises(ContractViolation, match=r"cannot be constructed directly: use DeviceTokens\.from_combine"):
         DeviceTokens(i32([1]), 5)
 
 

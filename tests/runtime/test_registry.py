@@ -58,7 +58,7 @@ def test_unchecked_forward_refused():
     def raw_forward(model, inp):
         return None
 
-    with pytest.raises(ContractDefinitionError, match="is not a checked entry point; decorate it with @tokenstate.contracts.entry_point"):
+    with pytest.raises(ContractDefinitionError, match=r"is not a checked entry point; decorate it with @tokenstate\.contracts\.entry_point"):
         ModelFactory(architectures=("RawLM",), forward=raw_forward, build=_build)
 
 
@@ -88,7 +88,7 @@ def test_unknown_architecture_lists_known_ones(factory):
 
 
 def test_architecture_of_hf_directory(tmp_path):
-    with pytest.raises(ConfigError, match="no config.json"):
+    with pytest.raises(ConfigError, match=r"no config\.json"):
         registry.architecture_of(tmp_path)
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ConfigError, match="not valid JSON"):

@@ -4,7 +4,6 @@ Each module shows one routing pattern in an honouring and an ignoring variant; t
 live in tests/contracts/checker/test_zoo.py.
 """
 
-from czoo.helpers import embed_ids as reexported_embed
-from czoo.helpers import host_ids_of as reexported_host_ids
+from czoo.helpers import embed_ids as reexported_embed, host_ids_of as reexported_host_ids
 
 __all__ = ["reexported_embed", "reexported_host_ids"]

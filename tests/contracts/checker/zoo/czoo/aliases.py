@@ -4,8 +4,7 @@ from torch import Tensor
 
 import czoo.helpers as H
 from czoo import reexported_embed, reexported_host_ids
-from czoo.hierarchy import DerivedLM as Backbone
-from czoo.hierarchy import HostDerivedLM
+from czoo.hierarchy import DerivedLM as Backbone, HostDerivedLM
 from tokenstate.contracts import ForwardInput, entry_point
 
 HostBackbone = HostDerivedLM  # a class alias, like LlamaModel = DenseModel
