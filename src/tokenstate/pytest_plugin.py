@@ -74,8 +74,30 @@ def _install_checks_hook(config: pytest.Config) -> None:
         )
     from beartype.claw import beartype_package
 
+    _stop_assertion_rewriting_of_tokenstate()
     beartype_package("tokenstate")
     config.stash[_CLAW_KEY] = True
+
+
+def _stop_assertion_rewriting_of_tokenstate() -> None:
+    """Keep pytest's assertion rewriter from loading tokenstate's own modules.
+
+    pytest marks every package of a distribution that provides a ``pytest11`` plugin for assertion
+    rewriting (with a regular or strict-editable install that is all of ``tokenstate``), and its
+    import hook sits first on ``sys.meta_path`` — so it would load our modules itself and beartype's
+    path hook would never see them. Our package holds no test assertions to rewrite.
+    """
+    from _pytest.assertion.rewrite import AssertionRewritingHook
+
+    for finder in sys.meta_path:
+        if isinstance(finder, AssertionRewritingHook):
+            marked = getattr(finder, "_must_rewrite", None)
+            if not isinstance(marked, set):
+                raise pytest.UsageError(
+                    f"{CHECKS_OPTION}: this pytest version's assertion rewriter cannot be told to "
+                    "leave tokenstate alone; run with --assert=plain as well."
+                )
+            marked.difference_update({n for n in marked if n == "tokenstate" or n.startswith("tokenstate.")})
 
 
 @pytest.hookimpl(tryfirst=True)
