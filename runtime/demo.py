@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 from rich.console import Console
 
@@ -56,3 +58,8 @@ def run_demo(console: Console | None = None) -> int:
     console.print(f"[green]readable[/] fresh row 0: {fresh_row}; embedding ids: {inp.embedding_ids().tolist()}")
     console.print("[bold green]contract checks passed[/]" if ok else "[bold red]contract checks failed[/]")
     return 0 if ok else 1
+
+
+def run_demo_command(args: argparse.Namespace) -> int:
+    """``tokenstate demo``."""
+    return run_demo()
