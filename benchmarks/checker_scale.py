@@ -31,8 +31,8 @@ from tokenstate.contracts.checker import (  # noqa: E402
     check_entry_points,
     grep_verdict,
     misclassified,
+    sources as checker_sources,
 )
-from tokenstate.contracts.checker import sources as checker_sources  # noqa: E402
 
 REFERENCE_MODULES = ("tokenstate.models.llama", "tokenstate.models.nemotron_h", "tokenstate.models.kimi_linear")
 

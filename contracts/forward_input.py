@@ -7,6 +7,7 @@ boundary nearly free. Validation reads metadata and host tensors only; it never 
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import torch
@@ -78,7 +79,7 @@ class BatchLayout:
         drafts = _host_int("num_drafts", self.num_drafts, (num_rows,)).tolist()
         slots = self.slots.tolist()
         logits = _host_int("logits_indices", self.logits_indices).tolist()
-        if qsl[0] != 0 or any(b < a for a, b in zip(qsl, qsl[1:], strict=False)):
+        if qsl[0] != 0 or any(b < a for a, b in itertools.pairwise(qsl)):
             raise ContractViolation(f"BatchLayout.query_start_loc must rise from 0, got {qsl}.")
         if len(set(slots)) != len(slots):
             raise ContractViolation(f"BatchLayout.slots must be distinct (one row per request), got {slots}.")

@@ -10,6 +10,7 @@ entirely fresh, so holding one *is* the proof that no placeholder is inside.
 
 from __future__ import annotations
 
+import itertools
 from typing import Final, final
 
 import torch
@@ -94,7 +95,7 @@ class HostTokens:
                 f"{tuple(query_start_loc.shape)} and {tuple(slots.shape)}."
             )
         qsl = query_start_loc.tolist()
-        if qsl[0] != 0 or qsl[-1] != ids.shape[0] or any(b < a for a, b in zip(qsl, qsl[1:], strict=False)):
+        if qsl[0] != 0 or qsl[-1] != ids.shape[0] or any(b < a for a, b in itertools.pairwise(qsl)):
             raise ContractViolation(
                 f"HostTokens: query_start_loc must rise from 0 to num_tokens={ids.shape[0]}, got {qsl}."
             )

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from tokenstate.contracts import ConfigError, ForwardInput, RowSpan
 from torch import Tensor, nn
+
+from tokenstate.contracts import ConfigError, ForwardInput, RowSpan
 
 __all__ = ["GatedRMSNorm", "Mamba2Mixer", "RecurrentBatch"]
 

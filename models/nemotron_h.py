@@ -20,6 +20,8 @@ from typing import Any, Final
 
 import torch
 from jaxtyping import Float
+from torch import Tensor, nn
+
 from tokenstate.contracts import ConfigError, ForwardInput, entry_point
 from tokenstate.models.layers import RMSNorm
 from tokenstate.models.mamba2 import Mamba2Mixer, RecurrentBatch
@@ -29,7 +31,6 @@ from tokenstate.models.scope import ScopedEmbedding, StepScope
 from tokenstate.models.slot_batch import SlotBatch
 from tokenstate.models.weights import load_state, read_config, save_checkpoint, seeded_init
 from tokenstate.runtime.registry import ModelFactory
-from torch import Tensor, nn
 
 __all__ = [
     "NEMOTRON_H_FACTORY",

@@ -13,12 +13,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor, nn
+
 from tokenstate.contracts import ConfigError
 from tokenstate.models.layers import RMSNorm, SlotAttention, slot_attention
 from tokenstate.models.mamba2 import Mamba2Mixer, RecurrentBatch
 from tokenstate.models.moe import GroupedTopKRouter
 from tokenstate.models.slot_batch import SlotBatch
-from torch import Tensor, nn
 
 __all__ = [
     "NemotronHAttention",

@@ -14,9 +14,10 @@ from contextvars import ContextVar, Token
 from types import TracebackType
 
 import torch
+from torch import Tensor, nn
+
 from tokenstate.contracts import ContractViolation, DeviceTokens, ForwardInput, HostTokens
 from tokenstate.runtime.kernels import guarded_embedding
-from torch import Tensor, nn
 
 __all__ = ["ScopedEmbedding", "StepScope", "current_scope"]
 

@@ -17,20 +17,29 @@ from tokenstate.runtime.registry import (
     unregister as unregister,
 )
 from tokenstate.runtime.runner import ON_UNHONORED as ON_UNHONORED, OnUnhonored as OnUnhonored
+from tokenstate.runtime.scheduler import (
+    SCHEDULING_ORDERS as SCHEDULING_ORDERS,
+    SchedulingOrder as SchedulingOrder,
+)
+from tokenstate.runtime.workload import Arrival as Arrival, run_workload as run_workload
 
 __all__ = [
     "LLM",
     "ON_UNHONORED",
+    "SCHEDULING_ORDERS",
+    "Arrival",
     "EngineStats",
     "FinishReason",
     "ModelFactory",
     "OnUnhonored",
     "RequestOutput",
     "SamplingParams",
+    "SchedulingOrder",
     "ServableModel",
     "TokenOrigin",
     "factories",
     "register",
     "resolve",
+    "run_workload",
     "unregister",
 ]

@@ -3,8 +3,10 @@
 Everything is built from a per-slot token table with a handful of numpy operations per step, so the
 host work does not grow with a Python loop over tokens. On the async path the stale mask comes from
 the one row predicate (:func:`tokenstate.contracts.stale_position_mask`) and the host buffer holds
-``PLACEHOLDER`` at exactly those positions; on the synchronous path every fed token is known, and a
-placeholder there is a runner bug, refused on the spot.
+``PLACEHOLDER`` at exactly those positions — a row's speculative draft positions included, since
+the drafts are proposed on the device; on the synchronous path every fed token is known (drafts as
+the host learnt them at the last sync point), and a placeholder there is a runner bug, refused on
+the spot.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class HostStepInputs:
     num_drafts: np.ndarray  # [num_rows] int32
     cu_num_logits: np.ndarray  # [num_rows + 1] int32
     logits_indices: np.ndarray  # [num_logits] int32
+    # Per logit (a sampling row has 1 + num_drafts of them, in row order):
     sample_slots: np.ndarray  # [num_logits] int32, slot of each sampled token
     sample_positions: np.ndarray  # [num_logits] int32, position each sampled token will occupy
     sample_output_index: np.ndarray  # [num_logits] int32, index of each sampled token in its output
@@ -79,8 +82,15 @@ class HostStepInputs:
         return self.logits_indices.shape[0]
 
 
-def _known_ids(table: HostTokenTable, token_slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
+def _known_ids(
+    table: HostTokenTable,
+    token_slots: np.ndarray,
+    positions: np.ndarray,
+    draft_positions: np.ndarray,
+    draft_ids: np.ndarray,
+) -> np.ndarray:
     ids = table.ids[token_slots, positions]  # [num_tokens] int32
+    ids[draft_positions] = draft_ids  # drafts are not part of the sequence: the host learnt them
     if ids.size and int(ids.min()) < 0:
         bad = np.flatnonzero(ids < 0)[:8].tolist()
         raise ContractViolation(
@@ -91,6 +101,28 @@ def _known_ids(table: HostTokenTable, token_slots: np.ndarray, positions: np.nda
     return ids
 
 
+def _host_drafts(batch: ScheduledBatch, query_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flat positions of every row's drafts and the drafts the host learnt at the last sync point.
+
+    Only used where the step runs on fresh host ids (sync path, fallback); on the async path the
+    drafts are stale positions that combine splices in from the device.
+    """
+    positions: list[np.ndarray] = []
+    ids: list[int] = []
+    for r, row in enumerate(batch.rows):
+        if row.num_drafts:
+            drafts = row.request.host_drafts[: row.num_drafts]
+            if len(drafts) != row.num_drafts:
+                raise ContractViolation(
+                    f"input preparation: row {r} carries {row.num_drafts} drafts but the host "
+                    f"learnt {len(drafts)}; resolve the step that proposed them first."
+                )
+            positions.append(np.arange(query_end[r] - row.num_drafts, query_end[r]))
+            ids.extend(drafts)
+    flat = np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
+    return flat, np.array(ids, dtype=np.int32)
+
+
 def prepare_inputs(
     batch: ScheduledBatch, table: HostTokenTable, *, spliced: bool
 ) -> HostStepInputs:
@@ -98,12 +130,13 @@ def prepare_inputs(
     rows = batch.rows
     num_rows = len(rows)
     per_row = np.array(
-        [(r.request.slot, r.num_computed, r.num_new_tokens, r.request.prefill_len, r.samples, len(r.request.prompt))
+        [(r.request.slot, r.num_computed, r.num_new_tokens, r.request.prefill_len, r.num_logits,
+          len(r.request.prompt), r.num_drafts)
          for r in rows],
         dtype=np.int32,
-    ).reshape(num_rows, 6)  # fmt: skip
-    slots, num_computed, query_lens, prefill_lens, samples, prompt_lens = per_row.T
-    samples = samples.astype(bool)
+    ).reshape(num_rows, 7)  # fmt: skip
+    slots, num_computed, query_lens, prefill_lens, logits_per_row, prompt_lens, num_drafts = per_row.T
+    num_drafts = np.ascontiguousarray(num_drafts)  # [num_rows] int32
     query_start_loc = np.zeros(num_rows + 1, dtype=np.int32)  # [num_rows + 1]
     np.cumsum(query_lens, out=query_start_loc[1:])
     seq_lens = num_computed + query_lens  # [num_rows] int32
@@ -115,30 +148,37 @@ def prepare_inputs(
         + num_computed[row_of_token]
     )  # [num_tokens] int32
     token_slots = slots[row_of_token]  # [num_tokens] int32
-    num_drafts = np.zeros(num_rows, dtype=np.int32)  # [num_rows]
     qsl_t, seq_t, slots_t = (
         torch.from_numpy(query_start_loc),
         torch.from_numpy(seq_lens),
-        torch.from_numpy(slots),
+        torch.from_numpy(np.ascontiguousarray(slots)),
     )
 
     if spliced:
         stale_t = stale_position_mask(
-            qsl_t, seq_t, torch.from_numpy(prefill_lens), torch.from_numpy(num_drafts)
-        )
+            qsl_t, seq_t, torch.from_numpy(np.ascontiguousarray(prefill_lens)),
+            torch.from_numpy(num_drafts),
+        )  # fmt: skip
         stale = stale_t.numpy()  # [num_tokens] bool
         ids = table.ids[token_slots, positions]  # [num_tokens] int32
         ids[stale] = PLACEHOLDER  # the host buffer holds a placeholder at every spliced position
         host_tokens = HostTokens(torch.from_numpy(ids), stale_t, qsl_t, slots_t)
     else:
-        ids = _known_ids(table, token_slots, positions)
+        draft_pos, draft_ids = _host_drafts(batch, query_start_loc[1:])
+        ids = _known_ids(table, token_slots, positions, draft_pos, draft_ids)
         host_tokens = HostTokens.fresh(torch.from_numpy(ids), qsl_t, slots_t)
 
+    # Row r's logits are its last n_r positions (1 + drafts for a sampling row, 0 otherwise).
     cu_num_logits = np.zeros(num_rows + 1, dtype=np.int32)  # [num_rows + 1]
-    np.cumsum(samples, out=cu_num_logits[1:])
+    np.cumsum(logits_per_row, out=cu_num_logits[1:])
+    num_logits = int(cu_num_logits[-1])
+    logit_row = np.repeat(np.arange(num_rows), logits_per_row)  # [num_logits]
+    logit_rank = np.arange(num_logits, dtype=np.int32) - cu_num_logits[logit_row]  # [num_logits]
     logits_indices = (
-        query_start_loc[1:][samples] - 1
-    )  # [num_logits] int32: each sampling row's last token
+        query_start_loc[1:][logit_row] - logits_per_row[logit_row] + logit_rank
+    ).astype(np.int32)  # [num_logits] int32
+    # The logit at flat position i predicts the token after positions[i].
+    sample_positions = positions[logits_indices] + 1  # [num_logits] int32
     layout = BatchLayout(
         qsl_t,
         seq_t,
@@ -146,7 +186,6 @@ def prepare_inputs(
         torch.from_numpy(num_drafts),
         torch.from_numpy(logits_indices.astype(np.int64)),
     )
-    sample_positions = seq_lens[samples]  # [num_logits] int32
     return HostStepInputs(
         host_tokens=host_tokens,
         layout=layout,
@@ -154,19 +193,22 @@ def prepare_inputs(
         token_slots=token_slots,
         query_start_loc=query_start_loc,
         seq_lens=seq_lens,
-        slots=slots,
+        slots=np.ascontiguousarray(slots),
         num_drafts=num_drafts,
         cu_num_logits=cu_num_logits,
         logits_indices=logits_indices,
-        sample_slots=slots[samples],
-        sample_positions=sample_positions,
-        sample_output_index=sample_positions - prompt_lens[samples],
+        sample_slots=slots[logit_row],
+        sample_positions=sample_positions.astype(np.int32),
+        sample_output_index=(sample_positions - prompt_lens[logit_row]).astype(np.int32),
     )
 
 
-def refresh_inputs(prepared: HostStepInputs, table: HostTokenTable) -> HostStepInputs:
+def refresh_inputs(
+    prepared: HostStepInputs, table: HostTokenTable, batch: ScheduledBatch
+) -> HostStepInputs:
     """The same step on fresh host ids (fallback path), after the pending tokens were resolved."""
-    ids = _known_ids(table, prepared.token_slots, prepared.positions)
+    draft_pos, draft_ids = _host_drafts(batch, prepared.query_start_loc[1:])
+    ids = _known_ids(table, prepared.token_slots, prepared.positions, draft_pos, draft_ids)
     host_tokens = HostTokens.fresh(
         torch.from_numpy(ids), prepared.layout.query_start_loc, prepared.layout.slots
     )

@@ -23,7 +23,8 @@ from tokenstate.runtime.outputs import EngineStats, RequestOutput
 from tokenstate.runtime.params import SamplingParams
 from tokenstate.runtime.registry import ModelFactory, ServableModel
 from tokenstate.runtime.runner import ON_UNHONORED, ModelRunner, OnUnhonored
-from tokenstate.runtime.scheduler import Request
+from tokenstate.runtime.scheduler import SCHEDULING_ORDERS, Request, SchedulingOrder
+from tokenstate.runtime.spec_decode import SpeculativeConfig
 
 __all__ = ["LLM"]
 
@@ -98,6 +99,18 @@ class LLM:
         on_unhonored: for a forward that did not declare ``honors_device_token_ids=True``, on an
             async step with spliced rows: ``"fallback"`` runs that step on the synchronous host
             path; ``"refuse"`` raises, naming the model.
+        scheduling_order: ``"decode_first"`` (decode rows, then prefill chunks, then new requests)
+            or ``"random"``: the same selection, rows permuted every step (seeded by ``seed``).
+        kv_cache_tokens: total tokens of KV/state the running requests may hold; when a step would
+            exceed it, the latest-arrived requests are preempted and later re-prefill everything
+            the host knows (recompute). ``None``: no limit beyond the slots.
+        speculative: ``{"method": "ngram", "num_tokens": k}`` (optional ``"ngram_size"``, default
+            2): prompt-lookup drafts proposed on the device, verified greedily. Only for models
+            whose factory declares ``supports_speculative=True``.
+
+    Besides :meth:`generate`, the engine can be driven request by request, as a server does:
+    :meth:`add_request` queues a request at any time, :meth:`step` runs one engine step and returns
+    the requests that finished in it, :meth:`has_unfinished_requests` says when to stop.
     """
 
     def __init__(
@@ -110,6 +123,9 @@ class LLM:
         max_num_batched_tokens: int = 256,
         seed: int = 0,
         on_unhonored: OnUnhonored = "fallback",
+        scheduling_order: SchedulingOrder = "decode_first",
+        kv_cache_tokens: int | None = None,
+        speculative: dict[str, Any] | None = None,
     ) -> None:
         if not isinstance(async_scheduling, bool):
             raise ConfigError(f"LLM: async_scheduling must be a bool, got {async_scheduling!r}.")
@@ -119,6 +135,13 @@ class LLM:
             )
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"LLM: seed must be an int >= 0, got {seed!r}.")
+        if scheduling_order not in SCHEDULING_ORDERS:
+            raise ConfigError(
+                f"LLM: scheduling_order={scheduling_order!r} is not an order; valid: "
+                f"{', '.join(SCHEDULING_ORDERS)}."
+            )
+        if kv_cache_tokens is not None:
+            _positive_int("kv_cache_tokens", kv_cache_tokens)
         dev = _device(device)
         self.factory, self.model = _load_model(model, dev)
         if not isinstance(self.model, ServableModel):
@@ -126,9 +149,14 @@ class LLM:
                 f"model {self.factory.name!r}: the built model lacks vocab_size / max_model_len / "
                 "eos_token_id / allocate_slots / reset_slot (see ServableModel)."
             )
+        spec = SpeculativeConfig.parse(
+            speculative, model=self.factory.name, supported=self.factory.supports_speculative
+        )
         self.seed = seed
+        self.kv_cache_tokens = kv_cache_tokens
         self.stats = EngineStats()
         self._num_requests = 0
+        self._next_request_id = 0
         self._runner = ModelRunner(
             self.factory,
             self.model,
@@ -138,6 +166,10 @@ class LLM:
             max_num_seqs=_positive_int("max_num_seqs", max_num_seqs),
             max_num_batched_tokens=_positive_int("max_num_batched_tokens", max_num_batched_tokens),
             stats=self.stats,
+            kv_cache_tokens=kv_cache_tokens,
+            scheduling_order=scheduling_order,
+            seed=seed,
+            speculative=spec,
         )
 
     @property
@@ -177,7 +209,7 @@ class LLM:
             )
         return tuple(int(t) for t in prompt)
 
-    def _validate_params(self, index: int, params: object) -> SamplingParams:
+    def _validate_params(self, index: int, params: object, prompt: tuple[int, ...]) -> SamplingParams:
         if not isinstance(params, SamplingParams):
             raise ConfigError(
                 f"sampling {index}: expected SamplingParams, got {type(params).__name__}."
@@ -189,7 +221,55 @@ class LLM:
                 f"sampling {index}: stop_token_ids {bad} are outside the vocabulary [0, {vocab}) and "
                 "could never be generated."
             )
+        bad_words = [w for w in params.bad_words if max(w) >= vocab]
+        if bad_words:
+            raise ConfigError(
+                f"sampling {index}: bad_words {bad_words[:4]} hold ids outside the vocabulary "
+                f"[0, {vocab})."
+            )
+        longest = min(len(prompt) + params.max_tokens, self.model.max_model_len)
+        if self.kv_cache_tokens is not None and longest > self.kv_cache_tokens:
+            raise ConfigError(
+                f"request {index} may reach {longest} tokens (prompt {len(prompt)} + max_tokens "
+                f"{params.max_tokens}, capped by the context) but kv_cache_tokens="
+                f"{self.kv_cache_tokens} could never hold it even alone; raise kv_cache_tokens or "
+                "lower max_tokens."
+            )
         return params
+
+    def _request(self, request_id: int, prompt: tuple[int, ...], params: SamplingParams) -> Request:
+        seed = params.seed if params.seed is not None else self._derived_seed()
+        self._num_requests += 1
+        return Request(request_id, prompt, params, seed, self.model.eos_token_id)
+
+    def has_unfinished_requests(self) -> bool:
+        """Whether a request is waiting, running, or has a step in flight."""
+        return self._runner.scheduler.has_unfinished or self._runner.has_pending
+
+    def add_request(self, prompt: Sequence[int], params: SamplingParams | None = None) -> int:
+        """Queue one request (validated now); returns its ``request_id`` (0, 1, ... per engine).
+
+        It joins the next :meth:`step` that has room for it; its :class:`RequestOutput` comes back
+        from the step in which it finishes.
+        """
+        checked = self._validate_prompt(0, prompt)
+        request_id = self._next_request_id
+        params = self._validate_params(request_id, SamplingParams() if params is None else params, checked)
+        self._next_request_id += 1
+        self._runner.scheduler.add(self._request(request_id, checked, params))
+        return request_id
+
+    def step(self) -> list[RequestOutput]:
+        """Run one engine step; returns the requests whose finish the host learnt in it."""
+        if not self.has_unfinished_requests():
+            return []
+        try:
+            finished = self._runner.step()
+        except BaseException:
+            self._runner.abort()
+            raise
+        self.stats.finished_requests += len(finished)
+        return [req.to_output() for req in finished]
 
     def generate(
         self,
@@ -201,23 +281,30 @@ class LLM:
             raise ConfigError(
                 f"generate: prompts must be a list of token-id lists, got {type(prompts).__name__}."
             )
+        if self.has_unfinished_requests():
+            raise ConfigError(
+                "generate: requests added with add_request are still unfinished; drive them to the "
+                "end with step() before calling generate."
+            )
         checked = [self._validate_prompt(i, p) for i, p in enumerate(prompts)]
         if sampling is None:
             sampling = SamplingParams()
         if isinstance(sampling, SamplingParams):
-            per_request: list[SamplingParams] = [self._validate_params(0, sampling)] * len(checked)
-        elif isinstance(sampling, Sequence) and len(sampling) == len(checked):
-            per_request = [self._validate_params(i, p) for i, p in enumerate(sampling)]
+            sampling = [sampling] * len(checked)
+        if isinstance(sampling, Sequence) and len(sampling) == len(checked):
+            per_request = [
+                self._validate_params(i, p, prompt)
+                for i, (p, prompt) in enumerate(zip(sampling, checked, strict=True))
+            ]
         else:
             raise ConfigError(
                 f"generate: sampling must be one SamplingParams or a list of {len(checked)} (one per "
                 f"prompt), got {sampling!r}."
             )
-        requests = []
-        for i, (prompt, params) in enumerate(zip(checked, per_request, strict=True)):
-            seed = params.seed if params.seed is not None else self._derived_seed()
-            self._num_requests += 1
-            requests.append(Request(i, prompt, params, seed, self.model.eos_token_id))
+        requests = [
+            self._request(i, prompt, params)
+            for i, (prompt, params) in enumerate(zip(checked, per_request, strict=True))
+        ]
         return self._run(requests)
 
     def _run(self, requests: list[Request]) -> list[RequestOutput]:

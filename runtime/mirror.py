@@ -1,8 +1,9 @@
 """The device mirror: per-slot token state on the execution device, and the step's transfers.
 
 The mirror holds what the async path needs on the device — each slot's ``last_sampled`` token,
-``prefill_len``, ``num_computed`` and draft table, plus its sampling parameters — and moves the
-per-step host inputs up and the sampled tokens down.
+``prefill_len``, ``num_computed``, draft table and token history, plus its sampling parameters and
+penalties — and moves the per-step host inputs up and each step's results (sampled tokens, emitted
+counts, next drafts) down. Everything is indexed by slot and reseeded when a request is admitted.
 
 On CUDA the uploads go through pinned staging buffers with non-blocking copies, and the sampled
 tokens come back through a pinned buffer whose copy is fenced by an event: the host only waits at
@@ -46,6 +47,8 @@ class DeviceStepInputs:
     logits_indices: torch.Tensor  # [num_logits] int64
     sample_slots: torch.Tensor  # [num_logits] int64
     sample_output_index: torch.Tensor  # [num_logits] int64
+    sample_positions: torch.Tensor  # [num_logits] int64, position each sampled token occupies
+    history_index: torch.Tensor  # [num_logits] int64, flat index of that position in the history
 
 
 class _Staging:
@@ -123,10 +126,18 @@ class DeviceMirror:
     """Per-slot state on the execution device (indexed by slot, never by batch row)."""
 
     def __init__(
-        self, num_slots: int, device: torch.device, *, max_drafts: int = 0, capacity: int = 1024
+        self,
+        num_slots: int,
+        device: torch.device,
+        *,
+        max_model_len: int,
+        max_drafts: int = 0,
+        capacity: int = 1024,
     ) -> None:
         self.device = device
+        self.max_model_len = max_model_len
         i32 = {"dtype": torch.int32, "device": device}
+        f32 = {"dtype": torch.float32, "device": device}
         self.last_sampled = torch.full((num_slots,), PLACEHOLDER, **i32)  # [num_slots] int32
         self.prefill_len = torch.zeros(num_slots, **i32)  # [num_slots] int32
         self.num_computed = torch.zeros(num_slots, **i32)  # [num_slots] int32
@@ -137,17 +148,27 @@ class DeviceMirror:
         self.top_k = torch.zeros(num_slots, **i32)  # [num_slots] int32, 0 = off
         self.top_p = torch.ones(num_slots, dtype=torch.float32, device=device)  # [num_slots]
         self.seed = torch.zeros(num_slots, dtype=torch.int64, device=device)  # [num_slots] int64
+        self.repetition_penalty = torch.ones(num_slots, **f32)  # [num_slots] float32, 1 = off
+        self.presence_penalty = torch.zeros(num_slots, **f32)  # [num_slots] float32
+        self.frequency_penalty = torch.zeros(num_slots, **f32)  # [num_slots] float32
+        # Every token of each slot's request by position — prompt, resolved and still-unresolved
+        # sampled tokens — written on the device right after sampling. The one history the
+        # penalties, bad words and the draft proposer read: it never holds a placeholder.
+        self.history = torch.zeros((num_slots, max_model_len), **i32)  # [num_slots, max_model_len]
         self._staging = _Staging(device, capacity)
+        # Per step: the sampled tokens (1 + drafts per row), the emitted count per row, the next drafts.
+        most = num_slots * (2 + 2 * max_drafts)
         self._sampled_host = [
-            torch.empty(
-                num_slots * (1 + max_drafts), dtype=torch.int32, pin_memory=device.type == "cuda"
-            )
-            for _ in range(2)
-        ]  # 2 x [max_logits] int32: at most two steps' tokens are in flight
+            torch.empty(most, dtype=torch.int32, pin_memory=device.type == "cuda") for _ in range(2)
+        ]  # 2 x [most] int32: at most two steps' results are in flight
         self._sampled_turn = 0
 
     def admit(self, requests: Sequence[Request]) -> None:
-        """(Re)seed the slots of newly admitted requests, in one upload."""
+        """(Re)seed the slots of newly admitted requests, in one upload per kind of value.
+
+        The token history of each slot gets every token the host knows about the request (its
+        prompt and, for a request resumed after preemption, its resolved output).
+        """
         if not requests:
             return
         slots = torch.tensor([r.slot for r in requests], dtype=torch.int64)  # [n]
@@ -155,17 +176,33 @@ class DeviceMirror:
             [(r.prefill_len, 0, r.params.top_k, PLACEHOLDER) for r in requests], dtype=torch.int32
         )  # [n, 4]
         floats = torch.tensor(
-            [(r.params.temperature, r.params.top_p) for r in requests], dtype=torch.float32
-        )
+            [
+                (r.params.temperature, r.params.top_p, r.params.repetition_penalty,
+                 r.params.presence_penalty, r.params.frequency_penalty)
+                for r in requests
+            ],
+            dtype=torch.float32,
+        )  # [n, 5]  # fmt: skip
         seeds = torch.tensor([r.seed & _SEED_MASK for r in requests], dtype=torch.int64)  # [n]
-        slots, ints, floats, seeds = (self._to_device(t) for t in (slots, ints, floats, seeds))
+        known = [(*r.prompt, *r.output_token_ids) for r in requests]
+        history_index = torch.from_numpy(
+            np.concatenate([r.slot * self.max_model_len + np.arange(len(k)) for r, k in zip(requests, known, strict=True)])
+        )  # [total_known] int64  # fmt: skip
+        history_tokens = torch.tensor([t for k in known for t in k], dtype=torch.int32)
+        slots, ints, floats, seeds, history_index, history_tokens = (
+            self._to_device(t) for t in (slots, ints, floats, seeds, history_index, history_tokens)
+        )
         self.prefill_len.index_copy_(0, slots, ints[:, 0])
         self.num_computed.index_copy_(0, slots, ints[:, 1])
         self.top_k.index_copy_(0, slots, ints[:, 2])
         self.last_sampled.index_copy_(0, slots, ints[:, 3])
         self.temperature.index_copy_(0, slots, floats[:, 0])
         self.top_p.index_copy_(0, slots, floats[:, 1])
+        self.repetition_penalty.index_copy_(0, slots, floats[:, 2])
+        self.presence_penalty.index_copy_(0, slots, floats[:, 3])
+        self.frequency_penalty.index_copy_(0, slots, floats[:, 4])
         self.seed.index_copy_(0, slots, seeds)
+        self.history.view(-1).index_copy_(0, history_index, history_tokens)
 
     def _to_device(self, t: torch.Tensor) -> torch.Tensor:
         if self.device.type == "cuda":
@@ -176,11 +213,12 @@ class DeviceMirror:
     def upload(self, step: HostStepInputs) -> DeviceStepInputs:
         """Move one step's host inputs to the device in a single copy."""
         (host_ids, positions, qsl, seq_lens, slots, num_drafts, cu_logits, logits_idx, sample_slots,
-         out_idx) = self._staging.upload((
+         out_idx, sample_pos) = self._staging.upload((
             step.host_tokens.placeholder_buffer().numpy(), step.positions, step.query_start_loc,
             step.seq_lens, step.slots, step.num_drafts, step.cu_num_logits, step.logits_indices,
-            step.sample_slots, step.sample_output_index,
+            step.sample_slots, step.sample_output_index, step.sample_positions,
         ))  # fmt: skip
+        sample_slots_long, sample_pos_long = sample_slots.long(), sample_pos.long()
         return DeviceStepInputs(
             host_ids=host_ids,
             positions=positions.long(),
@@ -191,14 +229,16 @@ class DeviceMirror:
             num_drafts=num_drafts,
             cu_num_logits=cu_logits,
             logits_indices=logits_idx.long(),
-            sample_slots=sample_slots.long(),
+            sample_slots=sample_slots_long,
             sample_output_index=out_idx.long(),
+            sample_positions=sample_pos_long,
+            history_index=sample_slots_long * self.max_model_len + sample_pos_long,
         )
 
     def start_copy(
         self, sampled: torch.Tensor, guard: StepGuard, layout: BatchLayout | None
     ) -> PendingTokens:
-        """Begin the device→host copy of a step's sampled tokens (``[num_logits]`` int32)."""
+        """Begin the device→host copy of a step's results (``[n]`` int32, packed by the runner)."""
         buffer = self._sampled_host[self._sampled_turn]
         self._sampled_turn = 1 - self._sampled_turn
         return PendingTokens(sampled, guard, layout, buffer)

@@ -61,6 +61,14 @@ class EngineStats:
         discarded_tokens: tokens sampled for a request that had already finished (async only:
             the request was scheduled again before the host learned that it was done).
         finished_requests: requests returned to callers.
+        preemptions: running requests that gave up their slot because the KV budget ran out (they
+            re-prefill everything the host knows when re-admitted).
+        reordered_steps: steps whose rows the ``"random"`` scheduling order permuted.
+        skipped_rows: times a running request that wanted a row was left out of a step by the
+            token budget (it rejoins a later step).
+        drafts_proposed: speculative draft tokens scheduled for verification.
+        drafts_accepted: drafts the target model confirmed (each one emitted a token for free).
+        drafts_rejected: drafts it refused (their positions are recomputed later).
     """
 
     async_steps: int = 0
@@ -68,6 +76,12 @@ class EngineStats:
     sync_steps: int = 0
     discarded_tokens: int = 0
     finished_requests: int = 0
+    preemptions: int = 0
+    reordered_steps: int = 0
+    skipped_rows: int = 0
+    drafts_proposed: int = 0
+    drafts_accepted: int = 0
+    drafts_rejected: int = 0
 
     @property
     def total_steps(self) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tokenstate.contracts import ConfigError
@@ -12,6 +14,35 @@ __all__ = ["SamplingParams"]
 def _require_int(name: str, value: object, *, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"SamplingParams.{name} must be an int >= {minimum}, got {value!r}.")
+
+
+def _require_float(name: str, value: object, *, positive: bool = False) -> None:
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and (value > 0 or not positive)
+    )
+    if not ok:
+        bound = "a finite number > 0" if positive else "a finite number"
+        raise ConfigError(f"SamplingParams.{name} must be {bound}, got {value!r}.")
+
+
+def _bad_words(words: object) -> tuple[tuple[int, ...], ...]:
+    problem = (
+        "SamplingParams.bad_words must be a sequence of non-empty token-id sequences (ids >= 0), "
+        f"e.g. [[5], [7, 8]]; got {words!r}."
+    )
+    if isinstance(words, str | bytes) or not isinstance(words, Sequence):
+        raise ConfigError(problem)
+    checked = []
+    for word in words:
+        if isinstance(word, str | bytes) or not isinstance(word, Sequence) or not word:
+            raise ConfigError(problem)
+        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in word):
+            raise ConfigError(problem)
+        checked.append(tuple(word))
+    return tuple(checked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +60,17 @@ class SamplingParams:
         stop_token_ids: tokens that finish the request with ``"stop"`` (the stop token is kept in
             the output).
         ignore_eos: keep generating past the model's EOS token.
+        repetition_penalty: ``> 0``; ``1`` is off. Every token already in the prompt or the output
+            has its logit divided by it when positive, multiplied by it when negative.
+        presence_penalty: subtracted once from the logit of every token already generated.
+        frequency_penalty: subtracted from each token's logit once per time it was generated.
+        bad_words: token-id sequences that must never be generated: a one-token word is always
+            banned; a longer word bans its last token whenever the output so far ends with the
+            word's other tokens.
+
+    The penalties and ``bad_words`` read the request's history; the runner computes them from the
+    token history held on the execution device, which always holds the real tokens (the host
+    only learns a sampled token one step late), so they never read a placeholder.
     """
 
     max_tokens: int = 16
@@ -38,6 +80,10 @@ class SamplingParams:
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = field(default=())
     ignore_eos: bool = False
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    bad_words: tuple[tuple[int, ...], ...] = field(default=())
 
     def __post_init__(self) -> None:
         _require_int("max_tokens", self.max_tokens, minimum=1)
@@ -71,7 +117,21 @@ class SamplingParams:
                 f"SamplingParams.stop_token_ids must be a sequence of token ids >= 0, got {stops!r}."
             )
         object.__setattr__(self, "stop_token_ids", tuple(stops))
+        _require_float("repetition_penalty", self.repetition_penalty, positive=True)
+        _require_float("presence_penalty", self.presence_penalty)
+        _require_float("frequency_penalty", self.frequency_penalty)
+        object.__setattr__(self, "bad_words", _bad_words(self.bad_words))
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def reads_history(self) -> bool:
+        """Whether sampling depends on the request's earlier tokens (penalties or bad words)."""
+        return (
+            self.repetition_penalty != 1.0
+            or self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+            or bool(self.bad_words)
+        )

@@ -1,5 +1,9 @@
-"""The model runner: one step = schedule → prepare → (upload + combine) → checked forward → sample →
-post-update → resolve.
+"""The model runner: one step = schedule → prepare → (upload + combine) → checked forward →
+penalties / bad words → sample → verify drafts → post-update → history write → propose drafts →
+resolve.
+
+Everything after the forward runs on the device, reading only slot-indexed device state (the token
+history, never the host's view of it), so none of it waits for the host to learn a token.
 
 On the async path the host learns step N's sampled tokens only after step N+1 has been launched:
 :meth:`ModelRunner.step` launches its batch and *then* resolves the previous one, so decode rows are
@@ -28,12 +32,14 @@ from tokenstate.runtime.input_prep import (
     prepare_inputs,
     refresh_inputs,
 )
-from tokenstate.runtime.kernels import StepGuard, combine, post_update
+from tokenstate.runtime.kernels import StepGuard, combine, post_update, verify_drafts
 from tokenstate.runtime.mirror import DeviceMirror, DeviceStepInputs, PendingTokens
 from tokenstate.runtime.outputs import EngineStats
+from tokenstate.runtime.penalties import apply_penalties, ban_bad_words, plan_bad_words
 from tokenstate.runtime.registry import ModelFactory
 from tokenstate.runtime.sampler import SamplingRows, sample
-from tokenstate.runtime.scheduler import Request, ScheduledBatch, Scheduler
+from tokenstate.runtime.scheduler import Request, ScheduledBatch, Scheduler, SchedulingOrder
+from tokenstate.runtime.spec_decode import SpeculativeConfig, propose_ngram
 
 __all__ = ["ON_UNHONORED", "ModelRunner", "OnUnhonored"]
 
@@ -65,6 +71,10 @@ class ModelRunner:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         stats: EngineStats,
+        kv_cache_tokens: int | None = None,
+        scheduling_order: SchedulingOrder = "decode_first",
+        seed: int = 0,
+        speculative: SpeculativeConfig | None = None,
     ) -> None:
         self.factory = factory
         self.model = model
@@ -72,15 +82,26 @@ class ModelRunner:
         self.async_scheduling = async_scheduling
         self.on_unhonored = on_unhonored
         self.stats = stats
+        self.speculative = speculative
+        self.num_drafts = 0 if speculative is None else speculative.num_tokens
         max_model_len = int(model.max_model_len)
         self.scheduler = Scheduler(
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
             max_model_len=max_model_len,
+            kv_cache_tokens=kv_cache_tokens,
+            order=scheduling_order,
+            seed=seed,
+            num_speculative_tokens=self.num_drafts,
+            stats=stats,
         )
         self.table = HostTokenTable(max_num_seqs, max_model_len)
         self.mirror = DeviceMirror(
-            max_num_seqs, device, capacity=2 * max_num_batched_tokens + 10 * max_num_seqs + 2
+            max_num_seqs,
+            device,
+            max_model_len=max_model_len,
+            max_drafts=self.num_drafts,
+            capacity=3 * max_num_batched_tokens + 12 * max_num_seqs * (1 + self.num_drafts) + 2,
         )
         with torch.inference_mode():
             model.allocate_slots(max_num_seqs)
@@ -117,7 +138,7 @@ class ModelRunner:
         if fallback:
             self._refuse_or_fall_back(prepared)
             finished += self._resolve_pending()  # the sync point: the host now knows every token
-            prepared = refresh_inputs(prepared, self.table)
+            prepared = refresh_inputs(prepared, self.table, batch)
         launched = self._launch(batch, prepared, use_combine=honors)
         if fallback:
             self.stats.fallback_steps += 1
@@ -158,6 +179,37 @@ class ModelRunner:
             any_filter=any(p.top_k > 0 or p.top_p < 1.0 for p in params),
         )
 
+    def _history_source(self) -> torch.Tensor:
+        """The token history the history-reading processors use: the device's, never the host's."""
+        return self.mirror.history  # [num_slots, max_model_len] int32
+
+    def _process_logits(
+        self, batch: ScheduledBatch, prepared: HostStepInputs, dev: DeviceStepInputs,
+        logits: torch.Tensor,
+    ) -> torch.Tensor:
+        """Penalties and bad words, from the device history (``logits`` ``[num_logits, vocab]``)."""  # fmt: skip
+        params = [row.request.params for row in batch.sampling_rows]
+        mirror, slots = self.mirror, dev.sample_slots
+        if any(p.repetition_penalty != 1 or p.presence_penalty or p.frequency_penalty for p in params):
+            logits = apply_penalties(
+                logits, self._history_source(), slots, dev.sample_positions, dev.sample_output_index,
+                mirror.repetition_penalty.index_select(0, slots),
+                mirror.presence_penalty.index_select(0, slots),
+                mirror.frequency_penalty.index_select(0, slots),
+                length=int(prepared.sample_positions.max()),
+            )  # fmt: skip
+        if any(p.bad_words for p in params):
+            cu = prepared.cu_num_logits
+            entries = [
+                (int(cu[r]), row.slot, int(prepared.sample_positions[cu[r]]), row.request.params.bad_words)
+                for r, row in enumerate(batch.rows)
+                if row.samples and row.request.params.bad_words
+            ]  # fmt: skip
+            plan = plan_bad_words(entries, max_model_len=self.mirror.max_model_len, device=self.device)
+            if plan is not None:
+                logits = ban_bad_words(logits, self._history_source(), plan)
+        return logits
+
     def _launch(
         self, batch: ScheduledBatch, prepared: HostStepInputs, *, use_combine: bool
     ) -> _InFlight:
@@ -183,14 +235,33 @@ class ModelRunner:
         guard = StepGuard()
         with guard:
             logits = self.factory.forward(self.model, inp)  # [num_logits, vocab] float32
+        logits = self._process_logits(batch, prepared, dev, logits)
         sampled = sample(logits, self._sampling_rows(batch, dev))  # [num_logits] int32
         keep = dev.cu_num_logits[1:] > dev.cu_num_logits[:-1]  # [num_rows] bool: the row samples
+        if prepared.num_drafts.any():
+            num_sampled = verify_drafts(
+                sampled, dev.cu_num_logits, dev.slots, mirror.draft_tokens, dev.num_drafts
+            )  # [num_rows] int32: 1 + accepted drafts
+        else:
+            num_sampled = keep.to(torch.int32)  # [num_rows] int32
         post_update(
-            sampled, dev.cu_num_logits, keep.to(torch.int32), keep, dev.query_start_loc, dev.num_drafts,
+            sampled, dev.cu_num_logits, num_sampled, keep, dev.query_start_loc, dev.num_drafts,
             dev.slots, mirror.last_sampled, mirror.num_computed,
         )  # fmt: skip
+        # Every logit's token at the position it predicts; a rejected draft's lies beyond the
+        # slot's length and is overwritten before anything reads it.
+        mirror.history.view(-1).index_copy_(0, dev.history_index, sampled)
+        results = [sampled, num_sampled]
+        if self.speculative is not None:
+            drafts = propose_ngram(
+                mirror.history, dev.slots_long, mirror.num_computed.index_select(0, dev.slots_long) + 1,
+                ngram_size=self.speculative.ngram_size, num_drafts=self.num_drafts,
+                length_bound=int(prepared.seq_lens.max()) + 1,
+            )  # [num_rows, k] int32  # fmt: skip
+            mirror.draft_tokens.index_copy_(0, dev.slots_long, drafts)
+            results.append(drafts.flatten())
         self._num_launched += 1
-        pending = mirror.start_copy(sampled, guard, prepared.layout)
+        pending = mirror.start_copy(torch.cat(results), guard, prepared.layout)
         return _InFlight(self._num_launched - 1, batch, prepared, pending)
 
     def _resolve_pending(self) -> list[Request]:
@@ -198,17 +269,27 @@ class ModelRunner:
         return [] if in_flight is None else self._resolve(in_flight)
 
     def _resolve(self, in_flight: _InFlight) -> list[Request]:
-        tokens = in_flight.pending.resolve()  # [num_logits] int32; raises recorded violations
-        prepared = in_flight.prepared
+        packed = in_flight.pending.resolve()  # [n] int32; raises recorded violations
+        prepared, batch = in_flight.prepared, in_flight.batch
+        num_logits, num_rows = prepared.num_logits, len(batch.rows)
+        tokens = packed[:num_logits]  # [num_logits] int32
+        num_sampled = packed[num_logits : num_logits + num_rows]  # [num_rows] int32
+        samples = np.array([row.samples for row in batch.rows], dtype=bool)  # [num_rows]
         stale = prepared.host_tokens.stale.numpy()[prepared.logits_indices]  # [num_logits] bool
-        finished, kept = self.scheduler.update(
-            in_flight.batch, tokens, step=in_flight.step, stale=stale
+        update = self.scheduler.update(
+            batch, tokens, num_sampled=num_sampled[samples], step=in_flight.step, stale=stale
         )
+        record = update.record
         self.table.record(
-            prepared.sample_slots[kept], prepared.sample_positions[kept], tokens[kept]
+            prepared.sample_slots[record], prepared.sample_positions[record], tokens[record]
         )
-        self.stats.discarded_tokens += int(np.count_nonzero(~kept))
-        return finished
+        if self.speculative is not None:
+            drafts = packed[num_logits + num_rows :].reshape(num_rows, self.num_drafts)
+            for r, row in enumerate(batch.rows):
+                req = row.request
+                if row.samples and req.admissions == row.admission and req.slot == row.slot:
+                    req.host_drafts = tuple(drafts[r].tolist())
+        return update.finished
 
     def abort(self) -> None:
         """Forget every request and the in-flight step (after an error aborted a generate call)."""

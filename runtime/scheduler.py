@@ -1,127 +1,93 @@
 """Continuous batching: which requests run this step, with how many tokens each, in which slot.
 
-The scheduler only ever sees tokens the host *knows*. On the async path a request whose previous
-row sampled a token on the device carries that token as ``num_inflight``: it counts towards the
-request's length (so the next row can feed it, as a placeholder spliced on the device) and towards
-``max_tokens``, but it is not in ``output_token_ids`` until the host resolves it one step later. A
-request can therefore hit EOS at step N while already scheduled in step N+1; :meth:`Scheduler.update`
-discards that extra token.
+Selection is decode-first: running requests that finished their prefill (one token each, plus
+speculative drafts), then running requests still in (chunked) prefill, each group by priority
+(arrival order), then waiting requests, until ``max_num_seqs`` slots or the token budget
+``max_num_batched_tokens`` is used up. A running request the budget leaves out is *skipped* and
+rejoins a later step where it left off. With ``order="random"`` (seeded) the running requests are
+considered in a random order instead — so a prefill chunk may take the budget a decode wanted, and
+that decode is skipped — and the selected rows are permuted: every per-request state is
+slot-indexed, so row order must never matter. Preemption stays by priority in either order.
 
-Row order is decode-first: running requests that finished their prefill (one token each), then
-running requests still in (chunked) prefill, then newly admitted requests, each group in admission
-order, until ``max_num_seqs`` or the token budget ``max_num_batched_tokens`` is used up.
+**KV budget and preemption.** With ``kv_cache_tokens=N`` the running requests may hold at most ``N``
+tokens of KV/state in total (a request holds ``num_computed``). A row that does not fit preempts the
+lowest-priority (latest-arrived) running request not yet scheduled in this step, repeatedly; when
+none is left, the request preempts itself. A preempted request frees its slot and goes back to the
+waiting queue by priority; it is re-admitted (possibly to another slot) only once the host has
+resolved all of its in-flight tokens, with ``prefill_len`` = every token the host knows, and
+re-prefills them all (recompute — recurrent state is rebuilt the same way).
+
+A request can hit EOS at step N while already scheduled in step N+1 (async): :meth:`Scheduler.update`
+discards tokens of a finished request, so no such row ever emits one.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from tokenstate.contracts import ContractViolation
-from tokenstate.runtime.outputs import FinishReason, RequestOutput, TokenOrigin
-from tokenstate.runtime.params import SamplingParams
+from tokenstate.runtime.outputs import EngineStats, FinishReason, TokenOrigin
+from tokenstate.runtime.request import Request, ScheduledBatch, ScheduledRow
 
-__all__ = ["Request", "ScheduledBatch", "ScheduledRow", "Scheduler"]
+__all__ = [
+    "SCHEDULING_ORDERS",
+    "Request",
+    "ScheduledBatch",
+    "ScheduledRow",
+    "Scheduler",
+    "SchedulingOrder",
+    "StepUpdate",
+]
 
-
-@dataclass(eq=False, slots=True)
-class Request:
-    """One request's host-side state for its whole lifetime."""
-
-    request_id: int
-    prompt: tuple[int, ...]
-    params: SamplingParams
-    seed: int  # effective sampling seed (the params' seed, or one derived from the engine seed)
-    eos_token_id: int | None
-    # Resolved tokens only, never a placeholder; origins[i] says where output_token_ids[i] was sampled.
-    output_token_ids: list[int] = field(default_factory=list)
-    origins: list[TokenOrigin] = field(default_factory=list)
-    slot: int = -1
-    num_computed: int = 0  # tokens already fed to the model (advanced when a row is scheduled)
-    num_inflight: int = 0  # tokens sampled on the device that the host has not resolved yet
-    prefill_len: int = 0  # tokens the host knew at admission
-    finish_reason: FinishReason | None = None
-
-    @property
-    def num_known(self) -> int:
-        return len(self.prompt) + len(self.output_token_ids)
-
-    @property
-    def num_tokens(self) -> int:
-        """Length including in-flight tokens: the positions a row may feed."""
-        return self.num_known + self.num_inflight
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
-
-    def token_at(self, position: int) -> int:
-        """A known token by position (prompt, then resolved outputs)."""
-        prompt_len = len(self.prompt)
-        return (
-            self.prompt[position]
-            if position < prompt_len
-            else self.output_token_ids[position - prompt_len]
-        )
-
-    def to_output(self) -> RequestOutput:
-        assert self.finish_reason is not None
-        return RequestOutput(
-            self.request_id,
-            self.prompt,
-            tuple(self.output_token_ids),
-            self.finish_reason,
-            tuple(self.origins),
-        )
+SchedulingOrder = Literal["decode_first", "random"]
+SCHEDULING_ORDERS: tuple[str, ...] = ("decode_first", "random")
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduledRow:
-    """One batch row: ``num_new_tokens`` positions from ``num_computed`` of ``request``'s slot."""
+class StepUpdate:
+    """What :meth:`Scheduler.update` did with one step's resolved tokens (``[num_logits]`` each)."""
 
-    request: Request
-    num_computed: int
-    num_new_tokens: int
-    samples: bool  # the row reaches the end of the request's tokens, so its sample is kept
-
-    @property
-    def seq_len(self) -> int:
-        return self.num_computed + self.num_new_tokens
-
-
-@dataclass(frozen=True, slots=True)
-class ScheduledBatch:
-    """One step's rows (in batch order) and the requests admitted to a slot in this step."""
-
-    rows: tuple[ScheduledRow, ...]
-    admitted: tuple[Request, ...]
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(r.num_new_tokens for r in self.rows)
-
-    @property
-    def sampling_rows(self) -> tuple[ScheduledRow, ...]:
-        return tuple(r for r in self.rows if r.samples)
+    finished: list[Request]
+    kept: np.ndarray  # [num_logits] bool: the token was appended to its request's output
+    record: np.ndarray  # [num_logits] bool: kept, and the request still holds the row's slot
 
 
 class Scheduler:
-    """Continuous batching with a token budget, chunked prefill and per-request slots."""
+    """Continuous batching with a token budget, chunked prefill, slots, preemption and drafts."""
 
     def __init__(
-        self, *, max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int
+        self,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int,
+        kv_cache_tokens: int | None = None,
+        order: SchedulingOrder = "decode_first",
+        seed: int = 0,
+        num_speculative_tokens: int = 0,
+        stats: EngineStats | None = None,
     ) -> None:
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
-        self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []  # admission order
+        self.kv_cache_tokens = kv_cache_tokens
+        self.order = order
+        self.num_speculative_tokens = num_speculative_tokens
+        self.stats = stats if stats is not None else EngineStats()
+        self._rng = np.random.default_rng(seed)
+        self.waiting: list[Request] = []  # by arrival (priority)
+        self.running: list[Request] = []  # by arrival (priority)
         self._free_slots = list(range(max_num_seqs))  # a heap: the lowest free slot is reused first
+        self._num_arrivals = 0
 
     def add(self, request: Request) -> None:
+        request.arrival = self._num_arrivals
+        self._num_arrivals += 1
         self.waiting.append(request)
 
     @property
@@ -133,86 +99,192 @@ class Scheduler:
             return True  # prefill chunks always run
         # A decode row feeds the newest token and samples the next; only worth it while the request
         # may still grow. Otherwise it waits for its in-flight token to resolve and finish it.
-        generated = len(req.output_token_ids) + req.num_inflight
         return (
-            req.num_computed < req.num_tokens
-            and generated < req.params.max_tokens
+            not req.awaiting_drafts
+            and req.num_computed < req.num_tokens
+            and req.num_generated < req.params.max_tokens
             and req.num_tokens < self.max_model_len
         )
 
-    def _row(self, req: Request, budget: int) -> ScheduledRow:
-        num_new = min(req.num_tokens - req.num_computed, budget)
-        row = ScheduledRow(
-            req, req.num_computed, num_new, req.num_computed + num_new == req.num_tokens
+    def _kv_free(self) -> int:
+        assert self.kv_cache_tokens is not None
+        return self.kv_cache_tokens - sum(r.num_computed for r in self.running)
+
+    def _reserve(self, req: Request, need: int, scheduled: set[int]) -> bool:
+        """Make room for ``need`` more KV tokens of ``req``; False if ``req`` had to yield its slot."""
+        if self.kv_cache_tokens is None:
+            return True
+        while self._kv_free() < need:
+            victims = [
+                r for r in self.running if r.arrival > req.arrival and r.arrival not in scheduled
+            ]
+            if not victims:
+                self.preempt(req)
+                return False
+            self.preempt(victims[-1])  # running is by arrival: the last is the lowest priority
+        return True
+
+    def _num_drafts(self, req: Request, budget_left: int) -> int:
+        k = self.num_speculative_tokens
+        if k == 0 or not req.params.greedy or req.params.reads_history:
+            return 0
+        room = min(
+            k,
+            req.params.max_tokens - req.num_generated - 1,  # every emitted token must be allowed
+            self.max_model_len - req.num_tokens - 1,  # ... and fit the context
+            budget_left,
         )
-        req.num_computed += num_new
+        if self.kv_cache_tokens is not None:
+            room = min(room, self._kv_free())
+        return max(room, 0)
+
+    def _row(self, req: Request, num_new: int, num_drafts: int) -> ScheduledRow:
+        row = ScheduledRow(
+            req,
+            req.num_computed,
+            num_new + num_drafts,
+            req.num_computed + num_new == req.num_tokens,
+            num_drafts,
+            req.slot,
+            req.admissions,
+        )
+        req.num_computed += num_new + num_drafts
         if row.samples:
             req.num_inflight += 1
+        if num_drafts:
+            req.awaiting_drafts = True
+            self.stats.drafts_proposed += num_drafts
         return row
+
+    def _admit(self, req: Request) -> None:
+        """Seed a request's slot state: it re-prefills everything the host knows about it."""
+        req.slot = heapq.heappop(self._free_slots)
+        req.prefill_len = req.num_known
+        req.num_computed = 0
+        req.admissions += 1
+        bisect.insort(self.running, req, key=lambda r: r.arrival)
 
     def schedule(self) -> ScheduledBatch:
         budget = self.max_num_batched_tokens
-        decode = [r for r in self.running if r.num_computed >= r.prefill_len and self._wants_row(r)]
-        prefill = [r for r in self.running if r.num_computed < r.prefill_len]
+        wanting = [r for r in self.running if self._wants_row(r)]
+        decode = [r for r in wanting if r.num_computed >= r.prefill_len]
+        prefill = [r for r in wanting if r.num_computed < r.prefill_len]
+        candidates = [*decode, *prefill]
+        if self.order == "random":
+            candidates = [candidates[i] for i in self._rng.permutation(len(candidates))]
         rows: list[ScheduledRow] = []
-        for req in (*decode, *prefill):
+        scheduled: set[int] = set()
+        for req in candidates:
+            if req.slot < 0:
+                continue  # preempted earlier in this step
             if budget == 0:
-                break
-            rows.append(self._row(req, budget))
+                self.stats.skipped_rows += 1  # rejoins a later step where it left off
+                continue
+            num_new = min(req.num_tokens - req.num_computed, budget)
+            if not self._reserve(req, num_new, scheduled):
+                continue
+            is_decode = req.num_computed >= req.prefill_len
+            drafts = self._num_drafts(req, budget - num_new) if is_decode else 0
+            rows.append(self._row(req, num_new, drafts))
+            scheduled.add(req.arrival)
             budget -= rows[-1].num_new_tokens
         admitted: list[Request] = []
         while self.waiting and budget > 0 and self._free_slots:
-            req = self.waiting.popleft()
-            req.slot = heapq.heappop(self._free_slots)
-            req.prefill_len = req.num_known
-            req.num_computed = 0
-            self.running.append(req)
+            req = self.waiting[0]
+            if req.num_inflight:
+                break  # its in-flight tokens resolve first: it re-prefills all the host knows
+            num_new = min(req.num_known, budget)
+            if self.kv_cache_tokens is not None and self._kv_free() < num_new:
+                break
+            self.waiting.pop(0)
+            self._admit(req)
             admitted.append(req)
-            rows.append(self._row(req, budget))
-            budget -= rows[-1].num_new_tokens
+            rows.append(self._row(req, num_new, 0))
+            budget -= num_new
+        if self.order == "random" and len(rows) > 1:
+            perm = self._rng.permutation(len(rows))
+            if np.any(perm != np.arange(len(rows))):
+                self.stats.reordered_steps += 1
+            rows = [rows[i] for i in perm]
         return ScheduledBatch(tuple(rows), tuple(admitted))
+
+    def preempt(self, req: Request) -> None:
+        """Free a running request's slot and KV; it waits (by priority) to re-prefill everything."""
+        self.running.remove(req)
+        heapq.heappush(self._free_slots, req.slot)
+        req.slot = -1
+        req.num_computed = 0
+        bisect.insort(self.waiting, req, key=lambda r: r.arrival)
+        self.stats.preemptions += 1
 
     def update(
         self,
         batch: ScheduledBatch,
         sampled: np.ndarray,
         *,
+        num_sampled: np.ndarray | None = None,
         step: int = 0,
         stale: np.ndarray | None = None,
-    ) -> tuple[list[Request], np.ndarray]:
-        """Apply one step's resolved tokens (``[num_sampling_rows]``, one per sampling row, in row
-        order); ``step`` and ``stale`` (per sampling row: its last input id was spliced on the
-        device) are recorded as each kept token's :class:`TokenOrigin`.
+    ) -> StepUpdate:
+        """Apply one step's resolved tokens.
 
-        Returns the requests that finished and a ``[num_sampling_rows]`` bool mask of the tokens kept
-        (a token sampled for a request that had already finished is discarded).
+        Args:
+            batch: the step's batch.
+            sampled: ``[num_logits]`` the token at every logit (``1 + num_drafts`` per sampling row,
+                in row order).
+            num_sampled: ``[num_sampling_rows]`` tokens each sampling row emitted (``1 +`` accepted
+                drafts); ``None`` means one each (no drafts).
+            step: the engine step, recorded in each kept token's :class:`TokenOrigin`.
+            stale: ``[num_logits]`` whether the logit's input id was spliced on the device.
         """
         tokens = sampled.tolist()
+        sampling = batch.sampling_rows
+        emitted = [1] * len(sampling) if num_sampled is None else num_sampled.tolist()
+        if len(tokens) != batch.num_logits or len(emitted) != len(sampling):
+            raise ContractViolation(
+                f"Scheduler.update: {len(tokens)} tokens / {len(emitted)} emitted counts for "
+                f"{batch.num_logits} logits in {len(sampling)} sampling rows; pass one token per "
+                "logit and one count per sampling row of the batch."
+            )
         stale_flags = [False] * len(tokens) if stale is None else stale.tolist()
-        kept = np.ones(len(tokens), dtype=bool)  # [num_sampling_rows] bool
+        kept = np.zeros(len(tokens), dtype=bool)  # [num_logits] bool
+        record = np.zeros(len(tokens), dtype=bool)  # [num_logits] bool
         finished: list[Request] = []
-        i = 0
+        i = j = 0
         for row_index, row in enumerate(batch.rows):
             if not row.samples:
                 continue
-            req, token = row.request, tokens[i]
-            if req.finished:
-                kept[i] = False
-            else:
+            req, count = row.request, emitted[j]
+            accepted = count - 1
+            self.stats.drafts_accepted += accepted
+            self.stats.drafts_rejected += row.num_drafts - accepted
+            same_slot = req.admissions == row.admission and req.slot == row.slot
+            if row.num_drafts:
+                req.awaiting_drafts = False
+                if same_slot:
+                    req.num_computed -= row.num_drafts - accepted  # roll back the rejected drafts
+            if not req.finished:
                 req.num_inflight -= 1
-                req.output_token_ids.append(token)
-                req.origins.append(TokenOrigin(step, row_index, stale_flags[i]))
-                reason = self._stop_reason(req, token)
+            for k in range(count):
+                if not self._emits(req):
+                    self.stats.discarded_tokens += 1  # an idle row: its request is done
+                    continue
+                kept[i + k] = True
+                record[i + k] = same_slot
+                req.output_token_ids.append(tokens[i + k])
+                req.origins.append(TokenOrigin(step, row_index, stale_flags[i + k]))
+                reason = self._stop_reason(req, tokens[i + k])
                 if reason is not None:
                     self.finish(req, reason)
                     finished.append(req)
-            i += 1
-        if i != len(tokens):
-            raise ContractViolation(
-                f"Scheduler.update: {len(tokens)} tokens for {i} sampling rows; pass exactly one "
-                "resolved token per sampling row of the batch."
-            )
-        return finished, kept
+            i += row.num_logits
+            j += 1
+        return StepUpdate(finished, kept, record)
+
+    @staticmethod
+    def _emits(req: Request) -> bool:
+        """Whether a token resolved for ``req`` joins its output: never once it has finished."""
+        return not req.finished
 
     def _stop_reason(self, req: Request, token: int) -> FinishReason | None:
         params = req.params
@@ -223,8 +295,16 @@ class Scheduler:
         return None
 
     def finish(self, req: Request, reason: FinishReason) -> None:
-        """Mark a request finished and free its slot at once (its in-flight rows are discarded)."""
+        """Mark a request finished and free its slot at once (its in-flight rows are discarded).
+
+        Finishing a finished request changes nothing.
+        """
+        if req.finished:
+            return
         req.finish_reason = reason
+        if req.slot < 0:
+            self.waiting.remove(req)  # preempted with its last token in flight
+            return
         self.running.remove(req)
         heapq.heappush(self._free_slots, req.slot)
 

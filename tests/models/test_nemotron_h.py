@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from tokenstate.contracts import ConfigError, ContractViolation
 from tokenstate.models.nemotron_h import (
     NEMOTRON_H_FACTORY,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from tokenstate.models.nemotron_h import NEMOTRON_H_FACTORY, save_nemotron_h
 
 llm_module = pytest.importorskip(

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tokenstate.runtime import LLM, SamplingParams
 from tokenstate.runtime.testing import toy_factory

@@ -55,10 +55,10 @@ def test_fallback_refresh_needs_the_resolved_token_and_then_is_fresh():
     sched, table, first, second = _async_decode_step()
     step = prepare_inputs(second, table, spliced=True)
     with pytest.raises(ContractViolation, match=r"flat positions \[0\] hold no known token"):
-        refresh_inputs(step, table)
+        refresh_inputs(step, table, second)
     sched.update(first, np.array([77], dtype=np.int32))  # request 0's first token resolves
     table.record(np.array([0]), np.array([4]), np.array([77]))  # slot 0, position 4
-    fresh = refresh_inputs(step, table)
+    fresh = refresh_inputs(step, table, second)
     assert not fresh.has_stale and fresh.host_tokens.ids.tolist() == [77, 23, 24, 25]
 
 

@@ -17,7 +17,7 @@ CPU = torch.device("cpu")
 
 
 def test_admit_reseeds_only_the_admitted_slots():
-    mirror = DeviceMirror(3, CPU)
+    mirror = DeviceMirror(3, CPU, max_model_len=8)
     mirror.last_sampled.fill_(7)
     mirror.num_computed.fill_(9)
     req = Request(
@@ -39,6 +39,20 @@ def test_admit_reseeds_only_the_admitted_slots():
         and abs(float(mirror.top_p[1]) - 0.9) < 1e-6
     )
     assert int(mirror.seed[1]) == 3  # seeds are kept to 62 bits for the sampler's hash
+    assert mirror.history[1, :3].tolist() == [1, 2, 3]  # the device history knows the prompt
+
+
+def test_admit_seeds_the_history_with_everything_the_host_knows():
+    """A request resumed after preemption re-prefills its prompt and its resolved output."""
+    mirror = DeviceMirror(2, CPU, max_model_len=8)
+    params = SamplingParams(repetition_penalty=1.5, presence_penalty=0.25, frequency_penalty=0.5)
+    req = Request(0, (4, 5), params, seed=0, eos_token_id=None, slot=1, prefill_len=4)
+    req.output_token_ids.extend([6, 7])
+    mirror.admit([req])
+    assert mirror.history[1, :4].tolist() == [4, 5, 6, 7] and mirror.prefill_len[1] == 4
+    assert mirror.repetition_penalty.tolist() == [1.0, 1.5]
+    assert mirror.presence_penalty.tolist() == [0.0, 0.25]
+    assert mirror.frequency_penalty.tolist() == [0.0, 0.5]
 
 
 def test_upload_copies_every_field_into_device_buffers_not_host_views():
@@ -50,7 +64,7 @@ def test_upload_copies_every_field_into_device_buffers_not_host_views():
     for req in batch.admitted:
         table.admit(req)
     step = prepare_inputs(batch, table, spliced=True)
-    mirror = DeviceMirror(2, CPU, capacity=4)  # too small on purpose: the staging buffer grows
+    mirror = DeviceMirror(2, CPU, max_model_len=16, capacity=4)  # too small on purpose: the staging buffer grows
     dev = mirror.upload(step)
     assert dev.host_ids.tolist() == [5, 6, 7, 8, 9]
     assert dev.positions.dtype == torch.int64 and dev.positions.tolist() == [0, 1, 2, 0, 1]
@@ -61,7 +75,7 @@ def test_upload_copies_every_field_into_device_buffers_not_host_views():
 
 
 def test_pending_tokens_resolve_late_and_raise_recorded_violations():
-    mirror = DeviceMirror(2, CPU)
+    mirror = DeviceMirror(2, CPU, max_model_len=8)
     sampled = torch.tensor([4, 5], dtype=torch.int32)
     guard = StepGuard()
     with guard:

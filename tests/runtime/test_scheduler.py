@@ -20,7 +20,8 @@ def shape(batch) -> list[tuple[int, int, int, bool]]:
 
 
 def resolve(sched: Scheduler, batch, tokens: list[int]):
-    return sched.update(batch, np.array(tokens, dtype=np.int32))
+    update = sched.update(batch, np.array(tokens, dtype=np.int32))
+    return update.finished, update.kept
 
 
 def test_chunked_prefill_within_the_token_budget_then_decode_first():
@@ -101,3 +102,47 @@ def test_stop_conditions(params, tokens, expected, reason):
         req = batch.rows[0].request
         resolve(sched, batch, [token])  # sync: resolve every step
     assert req is not None and req.output_token_ids == expected and req.finish_reason == reason
+
+
+def test_kv_budget_preempts_the_latest_arrival_which_resumes_with_everything_known():
+    sched = Scheduler(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=64, kv_cache_tokens=9)
+    sched.add(make(0, 4, max_tokens=2))
+    sched.add(make(1, 4, max_tokens=8))
+    first = sched.schedule()  # both prompts: 8 of 9 KV tokens
+    resolve(sched, first, [7, 8])
+    second = sched.schedule()  # request 0's decode needs 1 more: fits (9); request 1's does not
+    assert shape(second) == [(0, 4, 1, True)]
+    assert sched.stats.preemptions == 1 and [r.request_id for r in sched.waiting] == [1]
+    resumed = sched.waiting[0]
+    assert resumed.slot == -1 and resumed.num_computed == 0 and resumed.output_token_ids == [8]
+    finished, _ = resolve(sched, second, [9])
+    assert [r.request_id for r in finished] == [0]  # its second token: max_tokens reached
+    again = sched.schedule()
+    # Re-admitted (to the freed slot) with prefill_len = prompt + resolved output: 5 tokens.
+    assert shape(again) == [(1, 0, 5, True)] and again.admitted[0].prefill_len == 5
+
+
+def test_a_preempted_request_waits_for_its_in_flight_token_before_resuming():
+    sched = Scheduler(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=64, kv_cache_tokens=6)
+    sched.add(make(0, 3, max_tokens=3))
+    first = sched.schedule()
+    req = first.rows[0].request
+    sched.preempt(req)  # its sampled token is still in flight
+    assert sched.schedule().rows == ()  # not re-admitted before the host knows that token
+    resolve(sched, first, [4])
+    again = sched.schedule()
+    assert shape(again) == [(0, 0, 4, True)] and req.admissions == 2
+
+
+def test_random_order_skips_rows_and_permutes_but_every_request_rejoins():
+    sched = Scheduler(max_num_seqs=3, max_num_batched_tokens=3, max_model_len=64, order="random", seed=1)
+    for i in range(3):
+        sched.add(make(i, 1, max_tokens=6))
+    served = {i: 0 for i in range(3)}
+    while sched.has_unfinished:
+        batch = sched.schedule()
+        for row in batch.rows:
+            served[row.request.request_id] += row.samples
+        resolve(sched, batch, [4] * len(batch.sampling_rows))
+    assert served == {0: 6, 1: 6, 2: 6}
+    assert sched.stats.reordered_steps > 0
