@@ -154,3 +154,14 @@ def test_token_gate_matches_the_oracle():
         report = run_gate(model, config)
         assert report.comparisons == ["async vs sync", "sync vs oracle", "async vs oracle"]
         assert report.passed, (model, report.totals())
+
+
+@pytest.mark.owed("SHI-14")
+def test_async_path_on_cuda():
+    from tokenstate.runtime.gate import GateConfig, run_gate
+
+    assert torch.cuda.is_available(), "no CUDA device: the CUDA async path has never run here"
+    config = GateConfig(num_requests=5, max_tokens=6, max_num_seqs=2, max_num_batched_tokens=16, device="cuda")
+    for model in ("tiny-llama", "tiny-nemotron-h", "tiny-kimi-linear"):
+        report = run_gate(model, config)
+        assert report.passed and report.stats["async"]["async_steps"] > 0, (model, report.totals())
