@@ -7,9 +7,9 @@ boundary nearly free. Validation reads metadata and host tensors only; it never 
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from tokenstate.contracts.errors import ContractViolation
@@ -70,37 +70,55 @@ class BatchLayout:
     slots: torch.Tensor  # [num_rows] int32
     num_drafts: torch.Tensor  # [num_rows] int32
     logits_indices: torch.Tensor  # [num_logits] int64
-    rows: tuple[RowSpan, ...] = field(init=False)
+    _rows: list[tuple[RowSpan, ...]] = field(init=False, repr=False, compare=False)
+    """Holds ``rows`` once built: a one-element list, empty until the first read."""
 
     def __post_init__(self) -> None:
+        # Validated here, once, with a few numpy operations; the RowSpan objects are built only
+        # when ``rows`` is first read (most steps of a dense model never read them).
         num_rows = _host_int("slots", self.slots).shape[0]
-        qsl = _host_int("query_start_loc", self.query_start_loc, (num_rows + 1,)).tolist()
-        seq = _host_int("seq_lens", self.seq_lens, (num_rows,)).tolist()
-        drafts = _host_int("num_drafts", self.num_drafts, (num_rows,)).tolist()
-        slots = self.slots.tolist()
-        logits = _host_int("logits_indices", self.logits_indices).tolist()
-        if qsl[0] != 0 or any(b < a for a, b in itertools.pairwise(qsl)):
-            raise ContractViolation(f"BatchLayout.query_start_loc must rise from 0, got {qsl}.")
-        if len(set(slots)) != len(slots):
-            raise ContractViolation(f"BatchLayout.slots must be distinct (one row per request), got {slots}.")
-        rows = []
-        for r in range(num_rows):
-            qlen = qsl[r + 1] - qsl[r]
-            if seq[r] < qlen or drafts[r] < 0 or drafts[r] >= max(qlen, 1):
-                raise ContractViolation(
-                    f"BatchLayout row {r}: seq_len={seq[r]}, query_len={qlen}, num_drafts={drafts[r]}; "
-                    "need seq_len >= query_len and 0 <= num_drafts < query_len."
-                )
-            rows.append(RowSpan(r, slots[r], qsl[r], qsl[r + 1], seq[r] - qlen, drafts[r]))
-        if any(not 0 <= i < qsl[-1] for i in logits):
+        qsl_t = _host_int("query_start_loc", self.query_start_loc, (num_rows + 1,))
+        seq = _host_int("seq_lens", self.seq_lens, (num_rows,)).numpy().astype(np.int64)
+        drafts = _host_int("num_drafts", self.num_drafts, (num_rows,)).numpy().astype(np.int64)
+        slots = self.slots.numpy()
+        logits = _host_int("logits_indices", self.logits_indices).numpy()
+        qsl = qsl_t.numpy().astype(np.int64)
+        if qsl[0] != 0 or bool((qsl[1:] < qsl[:-1]).any()):
+            raise ContractViolation(f"BatchLayout.query_start_loc must rise from 0, got {qsl.tolist()}.")
+        if np.unique(slots).shape[0] != num_rows:
             raise ContractViolation(
-                f"BatchLayout.logits_indices must lie in [0, num_tokens={qsl[-1]}), got {logits}."
+                f"BatchLayout.slots must be distinct (one row per request), got {slots.tolist()}."
             )
-        object.__setattr__(self, "rows", tuple(rows))
+        qlen = qsl[1:] - qsl[:-1]  # [num_rows]
+        bad = np.flatnonzero((seq < qlen) | (drafts < 0) | (drafts >= np.maximum(qlen, 1)))
+        if bad.size:
+            r = int(bad[0])
+            raise ContractViolation(
+                f"BatchLayout row {r}: seq_len={int(seq[r])}, query_len={int(qlen[r])}, "
+                f"num_drafts={int(drafts[r])}; need seq_len >= query_len and 0 <= num_drafts < query_len."
+            )
+        num_tokens = int(qsl[-1])
+        if bool(((logits < 0) | (logits >= num_tokens)).any()):
+            raise ContractViolation(
+                f"BatchLayout.logits_indices must lie in [0, num_tokens={num_tokens}), got {logits.tolist()}."
+            )
+        object.__setattr__(self, "_rows", [])
+
+    @property
+    def rows(self) -> tuple[RowSpan, ...]:
+        """Every row as plain ints, in batch order (built on first read, then kept)."""
+        if not self._rows:
+            qsl, seq = self.query_start_loc.tolist(), self.seq_lens.tolist()
+            slots, drafts = self.slots.tolist(), self.num_drafts.tolist()
+            self._rows.append(tuple(
+                RowSpan(r, slots[r], qsl[r], qsl[r + 1], seq[r] - (qsl[r + 1] - qsl[r]), drafts[r])
+                for r in range(len(slots))
+            ))  # fmt: skip
+        return self._rows[0]
 
     @property
     def num_rows(self) -> int:
-        return len(self.rows)
+        return self.slots.shape[0]
 
     @property
     def num_tokens(self) -> int:

@@ -52,7 +52,7 @@ class DenseStep:
     inp: ForwardInput
     batch: SlotBatch
     cos: Tensor  # [num_tokens, 1, head_dim] float32
-    sin: Tensor  # [num_tokens, 1, head_dim] float32
+    sin: Tensor  # [num_tokens, 1, head_dim] float32, signed (see RotaryEmbedding.cos_sin)
 
 
 class EmbeddingTable(nn.Module):

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokenstate.contracts import ConfigError, ContractViolation, ForwardInput, RowSpan
+from tokenstate.models.fused_linear import FusedProjection
 
 __all__ = ["KimiDeltaAttention", "RecurrentGroup", "delta_rule_scan", "recurrent_groups", "short_conv"]
 
@@ -121,10 +122,11 @@ def delta_rule_scan(
     for t in range(q.shape[1]):
         state = state * decay[:, t]
         k_t = k[:, t]  # [rows, heads, d_k]
-        recalled = torch.einsum("rhk,rhkv->rhv", k_t, state)  # [rows, heads, d_v]
+        # matmul, not einsum: the same batched product without einsum's per-call parsing.
+        recalled = torch.matmul(k_t.unsqueeze(-2), state).squeeze(-2)  # [rows, heads, d_v]
         correction = (v[:, t] - recalled) * beta[:, t].unsqueeze(-1)  # [rows, heads, d_v]
         state = state + k_t.unsqueeze(-1) * correction.unsqueeze(-2)
-        outputs.append(torch.einsum("rhk,rhkv->rhv", q[:, t], state))
+        outputs.append(torch.matmul(q[:, t].unsqueeze(-2), state).squeeze(-2))  # [rows, heads, d_v]
     return torch.stack(outputs, dim=1), state
 
 
@@ -161,6 +163,7 @@ class KimiDeltaAttention(nn.Module):
         # Runtime state, not weights (kept out of the state dict): set by allocate_slots.
         self.conv_state: Tensor | None = None  # [num_slots, 3 * inner, K - 1]
         self.recurrent_state: Tensor | None = None  # [num_slots, heads, d_k, d_v] float32
+        self._x_projections = FusedProjection()  # q/k/v/f_a/g_a/b of x in one matmul
 
     def allocate_slots(self, num_slots: int) -> None:
         w = self.q_proj.weight
@@ -181,11 +184,17 @@ class KimiDeltaAttention(nn.Module):
         if conv_state is None or recurrent_state is None:
             raise ConfigError("KDA layer has no state: call model.allocate_slots(num_slots) first.")
         n, heads, d = x.shape[0], self.num_heads, self.head_dim
-        mixed = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)  # [T, 3 * inner]
+        inner = heads * d
+        # Every projection of x in one matmul: [T, 3 * inner (q|k|v) + d (f_a) + d (g_a) + heads (b)].
+        projected = self._x_projections(
+            x, (self.q_proj, self.k_proj, self.v_proj, self.f_a_proj, self.g_a_proj, self.b_proj)
+        )
+        mixed = projected[:, : 3 * inner]  # [T, 3 * inner]
+        f_a, g_a, b = projected[:, 3 * inner :].split((d, d, heads), dim=-1)
         log_decay = -self.A_log.view(heads, 1).float().exp() * F.softplus(
-            (self.f_b_proj(self.f_a_proj(x)).float() + self.dt_bias.float()).view(n, heads, d)
+            (self.f_b_proj(f_a).float() + self.dt_bias.float()).view(n, heads, d)
         )  # [T, heads, d_k]
-        beta = torch.sigmoid(self.b_proj(x).float())  # [T, heads]
+        beta = torch.sigmoid(b.float())  # [T, heads]
         core = torch.empty(n, heads, d, dtype=torch.float32, device=x.device)  # [T, heads, d_v]
 
         for group in groups:
@@ -206,6 +215,6 @@ class KimiDeltaAttention(nn.Module):
             core[group.tokens] = out.reshape(rows * length, heads, d)
 
         normed = core * torch.rsqrt(core.pow(2).mean(-1, keepdim=True) + self.rms_norm_eps)
-        gate = torch.sigmoid(self.g_b_proj(self.g_a_proj(x)).float()).view(n, heads, d)
+        gate = torch.sigmoid(self.g_b_proj(g_a).float()).view(n, heads, d)
         gated = (normed * self.o_norm_weight.float() * gate).to(x.dtype)  # [T, heads, d_v]
         return self.o_proj(gated.reshape(n, heads * d))

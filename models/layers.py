@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokenstate.contracts import ConfigError
+from tokenstate.models.fused_linear import FusedProjection
 from tokenstate.models.slot_batch import SlotBatch
 
 __all__ = ["ACTIVATIONS", "GatedMLP", "RMSNorm", "RotaryEmbedding", "SlotAttention", "slot_attention"]
@@ -28,6 +29,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            # Nothing to cast: one fused op, bit-identical to the scale-after-normalise below.
+            return F.rms_norm(x, (x.shape[-1],), self.weight, eps=self.eps)  # [..., hidden]
         # Normalise in float32, cast back, then scale: the order HF checkpoints were trained with.
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)  # [..., hidden] float32
         return self.weight * normed.to(x.dtype)
@@ -51,21 +55,31 @@ class RotaryEmbedding(nn.Module):
         pos = torch.arange(max_positions, dtype=torch.float32, device=device)  # [max_positions]
         angles = pos[:, None] * inv_freq[None, :]  # [max_positions, head_dim / 2]
         angles = torch.cat((angles, angles), dim=-1)  # [max_positions, head_dim]
+        half = head_dim // 2
+        # The sign of "rotate halves" is folded into the sine table once, so a step rotates with one
+        # roll instead of a negate and a concatenation.
+        signed_sin = torch.cat((-angles[:, :half].sin(), angles[:, half:].sin()), dim=-1)
         self.cos_table: Tensor  # [max_positions, head_dim] float32
-        self.sin_table: Tensor  # [max_positions, head_dim] float32
+        self.signed_sin_table: Tensor  # [max_positions, head_dim] float32: -sin, then +sin
         self.register_buffer("cos_table", angles.cos(), persistent=False)
-        self.register_buffer("sin_table", angles.sin(), persistent=False)
+        self.register_buffer("signed_sin_table", signed_sin, persistent=False)
 
     def cos_sin(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """``[num_tokens, 1, head_dim]`` cos and sin for ``positions`` (``[num_tokens]`` int)."""
-        return self.cos_table[positions].unsqueeze(1), self.sin_table[positions].unsqueeze(1)
+        """``[num_tokens, 1, head_dim]`` cos and signed sin (``-sin`` on the first half, ``+sin`` on
+        the second) for ``positions`` (``[num_tokens]`` int); :meth:`rotate` takes them as they are.
+        """
+        return self.cos_table[positions].unsqueeze(1), self.signed_sin_table[positions].unsqueeze(1)
 
     @staticmethod
-    def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """Rotate ``x`` (``[num_tokens, heads, head_dim]``) by the angles of its positions."""
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)  # [num_tokens, heads, head_dim]
-        return (x * cos + rotated * sin).to(x.dtype)
+    def rotate(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
+        """Rotate ``x`` (``[num_tokens, heads, head_dim]``) by the angles of its positions.
+
+        ``x * cos + cat(-x2, x1) * sin`` of the halves layout, as ``x * cos + cat(x2, x1) *
+        signed_sin``: bit-identical, since negating a factor only flips the product's sign.
+        """
+        swapped = x.roll(x.shape[-1] // 2, dims=-1)  # [num_tokens, heads, head_dim]: halves swapped
+        rotated = x * cos + swapped * signed_sin  # [num_tokens, heads, head_dim] float32
+        return rotated if rotated.dtype == x.dtype else rotated.to(x.dtype)
 
 
 class GatedMLP(nn.Module):
@@ -79,9 +93,14 @@ class GatedMLP(nn.Module):
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
         self.act = ACTIVATIONS[act]
+        self.intermediate_size = intermediate_size
+        self._gate_up = FusedProjection()  # gate and up in one matmul (weights stay HF-named)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self._gate_up(x, (self.gate_proj, self.up_proj)).split(
+            self.intermediate_size, dim=-1
+        )  # [..., intermediate] each
+        return self.down_proj(self.act(gate) * up)
 
 
 def slot_attention(
@@ -102,7 +121,6 @@ def slot_attention(
         ``[num_tokens, num_heads, v_head_dim]``.
     """
     gqa = q.shape[1] != k.shape[1]
-    out = q.new_empty(q.shape[0], q.shape[1], v.shape[2])  # [num_tokens, num_heads, v_head_dim]
     # Every token writes exactly its own (slot, position) cell: rows never touch another slot.
     short = batch.short_rows
     if short is not None:
@@ -114,21 +132,29 @@ def slot_attention(
         k_cache[chunk.slot, chunk.num_computed : chunk.seq_len] = k[chunk.start : chunk.end]
         v_cache[chunk.slot, chunk.num_computed : chunk.seq_len] = v[chunk.start : chunk.end]
 
+    out = q.new_empty(q.shape[0], q.shape[1], v.shape[2])  # [num_tokens, num_heads, v_head_dim]
     if short is not None:
         # All short rows (decode, decode + drafts) in one masked attention over their slots' caches.
         # index_select on the [:, :L] view: a slab copy per slot (advanced indexing runs an
         # element-wise kernel, ~5x slower on the CPU for the same gather).
-        keys = k_cache[:, : short.kv_len].index_select(0, short.slots).transpose(1, 2)  # [R, kv_heads, L, d]
-        values = v_cache[:, : short.kv_len].index_select(0, short.slots).transpose(1, 2)  # [R, kv_heads, L, dv]
+        if short.slot_start is not None:  # consecutive slots: attend on a view, no copy at all
+            rows = slice(short.slot_start, short.slot_start + short.slots.shape[0])
+            keys = k_cache[rows, : short.kv_len].transpose(1, 2)  # [R, kv_heads, L, d]
+            values = v_cache[rows, : short.kv_len].transpose(1, 2)  # [R, kv_heads, L, dv]
+        else:
+            keys = k_cache[:, : short.kv_len].index_select(0, short.slots).transpose(1, 2)  # [R, kv_heads, L, d]
+            values = v_cache[:, : short.kv_len].index_select(0, short.slots).transpose(1, 2)  # [R, kv_heads, L, dv]
         token_index = short.token_index  # [R, Q]
-        queries = (
-            q.index_select(0, token_index.view(-1)).view(*token_index.shape, *q.shape[1:]).transpose(1, 2)
-        )  # [R, heads, Q, head_dim]
+        # write_tokens is None: the short rows are the whole step in flat order, q needs no gather.
+        gathered = q if short.write_tokens is None else q.index_select(0, token_index.view(-1))
+        queries = gathered.view(*token_index.shape, *q.shape[1:]).transpose(1, 2)  # [R, heads, Q, head_dim]
         attended = F.scaled_dot_product_attention(
             queries, keys, values, attn_mask=short.key_mask, scale=scale,
             enable_gqa=gqa,
         ).transpose(1, 2)  # [R, Q, heads, v_head_dim]
         flat = attended.reshape(-1, attended.shape[2], attended.shape[3])  # [R * Q, heads, v_head_dim]
+        if not batch.long_rows and short.write_tokens is None and short.valid_src is None:
+            return flat  # a decode-only step: the short rows are every token, in flat order
         if short.valid_src is not None:
             out[short.write_tokens] = flat[short.valid_src]
         elif short.write_tokens is None:
@@ -167,6 +193,7 @@ class SlotAttention(nn.Module):
         # Runtime state, not weights (kept out of the state dict): set by allocate_slots.
         self.k_cache: Tensor | None = None  # [num_slots, max_model_len, num_kv_heads, head_dim]
         self.v_cache: Tensor | None = None  # [num_slots, max_model_len, num_kv_heads, head_dim]
+        self._qkv = FusedProjection()  # q, k and v in one matmul (weights stay HF-named)
 
     def allocate_slots(self, num_slots: int, max_model_len: int) -> None:
         w = self.k_proj.weight
@@ -183,12 +210,12 @@ class SlotAttention(nn.Module):
         if self.k_cache is None or self.v_cache is None:
             raise ConfigError("attention has no KV cache: call model.allocate_slots(num_slots) first.")
         n = x.shape[0]
-        q = self.q_proj(x).view(n, self.num_heads, self.head_dim)  # [num_tokens, heads, head_dim]
-        k = self.k_proj(x).view(n, self.num_kv_heads, self.head_dim)  # [num_tokens, kv_heads, head_dim]
-        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)  # [num_tokens, kv_heads, head_dim]
-        # One rotation for queries and keys together: half the small ops of a decode step.
-        q, k = RotaryEmbedding.rotate(torch.cat((q, k), dim=1), cos, sin).split(
-            (self.num_heads, self.num_kv_heads), dim=1
-        )
+        heads, kv_heads = self.num_heads, self.num_kv_heads
+        qkv = self._qkv(x, (self.q_proj, self.k_proj, self.v_proj)).view(
+            n, heads + 2 * kv_heads, self.head_dim
+        )  # [num_tokens, heads + 2 * kv_heads, head_dim]: q heads, then k, then v
+        # One rotation for queries and keys together (adjacent in qkv): half the small ops of a step.
+        q, k = RotaryEmbedding.rotate(qkv[:, : heads + kv_heads], cos, sin).split((heads, kv_heads), dim=1)
+        v = qkv[:, heads + kv_heads :]  # [num_tokens, kv_heads, head_dim]
         out = slot_attention(q, k, v, self.k_cache, self.v_cache, batch, self.scale)
         return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))

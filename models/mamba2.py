@@ -38,11 +38,14 @@ class RecurrentBatch:
         single_tokens: ``[num_single]`` int64, flat index of each one-token row's token.
         single_slots: ``[num_single]`` int64, that row's slot.
         chunks: rows with more than one query token (prefill chunks), as host ints.
+        singles_only: every token of the step is a one-token row, in flat order (decode-only
+            step): the layer runs its one-token update on the whole step, no gather or scatter.
     """
 
     single_tokens: Tensor | None  # [num_single] int64, execution device
     single_slots: Tensor | None  # [num_single] int64, execution device
     chunks: tuple[RowSpan, ...]
+    singles_only: bool = False
 
     @classmethod
     def from_input(cls, inp: ForwardInput) -> RecurrentBatch:
@@ -55,7 +58,9 @@ class RecurrentBatch:
             [[r.start for r in singles], [r.slot for r in singles]], dtype=torch.int64
         )
         index = index.to(inp.device, non_blocking=True)  # [2, num_single]
-        return cls(index[0], index[1], chunks)
+        # Rows are consecutive in the flat buffer, so one-token rows covering every token are
+        # exactly the tokens 0..T-1 in order.
+        return cls(index[0], index[1], chunks, singles_only=len(singles) == inp.num_tokens)
 
 
 class GatedRMSNorm(nn.Module):
@@ -138,6 +143,9 @@ class Mamba2Mixer(nn.Module):
             )
         projected = self.in_proj(u)  # [num_tokens, inner + conv_dim + heads]
         z, xbc, dt = projected.split([self.inner_size, self.conv_dim, self.num_heads], dim=-1)
+        if batch.singles_only and batch.single_slots is not None:
+            y = self._step(xbc, dt, conv_state, ssm_state, batch.single_slots)  # [num_tokens, H, P]
+            return self.out_proj(self.norm(y.flatten(1), z))
         y = u.new_empty(u.shape[0], self.num_heads, self.head_dim)  # [num_tokens, heads, head_dim]
         if batch.single_tokens is not None and batch.single_slots is not None:
             idx = batch.single_tokens

@@ -47,9 +47,11 @@ class NemotronHAttention(SlotAttention):
                 "attention has no KV cache: call model.allocate_slots(num_slots) first."
             )
         n = x.shape[0]
-        q = self.q_proj(x).view(n, self.num_heads, self.head_dim)  # [T, heads, head_dim]
-        k = self.k_proj(x).view(n, self.num_kv_heads, self.head_dim)  # [T, kv_heads, head_dim]
-        v = self.v_proj(x).view(n, self.num_kv_heads, self.head_dim)  # [T, kv_heads, head_dim]
+        heads, kv_heads = self.num_heads, self.num_kv_heads
+        qkv = self._qkv(x, (self.q_proj, self.k_proj, self.v_proj)).view(
+            n, heads + 2 * kv_heads, self.head_dim
+        )  # [T, heads + 2 * kv_heads, head_dim]: q, k, v heads side by side (one matmul)
+        q, k, v = qkv.split((heads, kv_heads, kv_heads), dim=1)  # [T, heads | kv_heads, head_dim]
         out = slot_attention(q, k, v, self.k_cache, self.v_cache, batch, self.scale)
         return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
 

@@ -54,18 +54,19 @@ class DeviceStepInputs:
 class _Staging:
     """A host buffer and its device twin; on CUDA two pinned buffers alternate, each fenced."""
 
-    def __init__(self, device: torch.device, capacity: int) -> None:
+    def __init__(self, device: torch.device, capacity: int, dtype: torch.dtype) -> None:
         self.device = device
+        self.dtype = dtype
         self._pinned = device.type == "cuda"
         self._alloc(capacity)
 
     def _alloc(self, capacity: int) -> None:
         self.capacity = capacity
         self.host = [
-            torch.empty(capacity, dtype=torch.int32, pin_memory=self._pinned) for _ in range(2)
-        ]  # 2 x [capacity] int32
+            torch.empty(capacity, dtype=self.dtype, pin_memory=self._pinned) for _ in range(2)
+        ]  # 2 x [capacity] of dtype
         self.fences: list[torch.cuda.Event | None] = [None, None]
-        self.device_buf = torch.empty(capacity, dtype=torch.int32, device=self.device)  # [capacity]
+        self.device_buf = torch.empty(capacity, dtype=self.dtype, device=self.device)  # [capacity]
         self._turn = 0
 
     def upload(self, parts: Sequence[np.ndarray]) -> list[torch.Tensor]:
@@ -155,7 +156,10 @@ class DeviceMirror:
         # sampled tokens — written on the device right after sampling. The one history the
         # penalties, bad words and the draft proposer read: it never holds a placeholder.
         self.history = torch.zeros((num_slots, max_model_len), **i32)  # [num_slots, max_model_len]
-        self._staging = _Staging(device, capacity)
+        # int32 inputs (the kernels' operands) and int64 ones (torch index operands) are staged
+        # apart, so that no upload is followed by per-tensor dtype conversions on the device.
+        self._staging = _Staging(device, capacity, torch.int32)
+        self._staging_long = _Staging(device, capacity, torch.int64)
         # Per step: the sampled tokens (1 + drafts per row), the emitted count per row, the next drafts.
         most = num_slots * (2 + 2 * max_drafts)
         self._sampled_host = [
@@ -211,28 +215,33 @@ class DeviceMirror:
         return t  # fresh temporaries: on the CPU mirror they already are the device copy
 
     def upload(self, step: HostStepInputs) -> DeviceStepInputs:
-        """Move one step's host inputs to the device in a single copy."""
-        (host_ids, positions, qsl, seq_lens, slots, num_drafts, cu_logits, logits_idx, sample_slots,
-         out_idx, sample_pos) = self._staging.upload((
-            step.host_tokens.placeholder_buffer().numpy(), step.positions, step.query_start_loc,
-            step.seq_lens, step.slots, step.num_drafts, step.cu_num_logits, step.logits_indices,
-            step.sample_slots, step.sample_output_index, step.sample_positions,
+        """Move one step's host inputs to the device in two copies (int32, int64)."""
+        host_ids, qsl, seq_lens, slots, num_drafts, cu_logits = self._staging.upload((
+            step.host_tokens.placeholder_buffer().numpy(), step.query_start_loc, step.seq_lens,
+            step.slots, step.num_drafts, step.cu_num_logits,
         ))  # fmt: skip
-        sample_slots_long, sample_pos_long = sample_slots.long(), sample_pos.long()
+        sample_slots = step.sample_slots.astype(np.int64)  # [num_logits]
+        sample_positions = step.sample_positions.astype(np.int64)  # [num_logits]
+        history_index = sample_slots * self.max_model_len + sample_positions  # [num_logits] int64
+        (positions, slots_long, logits_idx, sample_slots_t, out_idx, sample_pos,
+         history_index_t) = self._staging_long.upload((
+            step.positions, step.slots, step.logits_indices, sample_slots, step.sample_output_index,
+            sample_positions, history_index,
+        ))  # fmt: skip
         return DeviceStepInputs(
             host_ids=host_ids,
-            positions=positions.long(),
+            positions=positions,
             query_start_loc=qsl,
             seq_lens=seq_lens,
             slots=slots,
-            slots_long=slots.long(),
+            slots_long=slots_long,
             num_drafts=num_drafts,
             cu_num_logits=cu_logits,
-            logits_indices=logits_idx.long(),
-            sample_slots=sample_slots_long,
-            sample_output_index=out_idx.long(),
-            sample_positions=sample_pos_long,
-            history_index=sample_slots_long * self.max_model_len + sample_pos_long,
+            logits_indices=logits_idx,
+            sample_slots=sample_slots_t,
+            sample_output_index=out_idx,
+            sample_positions=sample_pos,
+            history_index=history_index_t,
         )
 
     def start_copy(

@@ -24,6 +24,7 @@ from tokenstate.runtime.kernels._launch import (
     triton_impl,
     use_triton,
 )
+from tokenstate.runtime.kernels.host_twins import combine_host
 
 __all__ = ["combine", "combine_twin"]
 
@@ -61,7 +62,8 @@ def combine(
             its last ``n_r <= query_len`` positions.
         num_logits: ``cu_num_logits[-1]`` as known on the host. Pass it on CUDA: reading it from
             the tensor is a host sync.
-        backend: ``"auto"`` (Triton on CUDA, the torch twin on the CPU), ``"triton"`` or ``"torch"``.
+        backend: ``"auto"`` (Triton on CUDA, the numpy twin on the CPU), ``"triton"`` or
+            ``"torch"`` (the torch twin).
 
     Returns:
         ``input_ids`` ``[num_tokens]`` int32 and ``logits_indices`` ``[num_logits]`` int64.
@@ -101,7 +103,8 @@ def combine(
     elif num_logits < 0:
         raise ContractViolation(f"{fn}: num_logits must be >= 0, got {num_logits}.")
     if not use_triton(fn, backend, device):
-        return combine_twin(
+        twin = combine_host if backend == "auto" and device.type == "cpu" else combine_twin
+        return twin(
             host_ids, query_start_loc, seq_lens, slots, num_drafts, prefill_len, last_sampled,
             draft_tokens, cu_num_logits, num_logits=num_logits,
         )  # fmt: skip

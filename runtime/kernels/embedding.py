@@ -73,7 +73,16 @@ def guarded_embedding_twin(
 
     Differentiable in ``weight``; bad rows get no gradient.
     """
-    bad = (ids < 0) | (ids >= weight.shape[0])  # [num_tokens] bool
+    if ids.device.type == "cpu":
+        # Host ids: the bounds check in numpy (a µs, not three torch dispatches), and the common
+        # all-good step is one plain gather.
+        bad_flags = ids.numpy()  # [num_tokens]
+        bad_flags = (bad_flags < 0) | (bad_flags >= weight.shape[0])  # [num_tokens] bool
+        bad = torch.from_numpy(bad_flags)
+        if not bad_flags.any():
+            return F.embedding(ids, weight), bad  # [num_tokens, hidden]
+    else:
+        bad = (ids < 0) | (ids >= weight.shape[0])  # [num_tokens] bool
     # Row 0 stands in for a bad id only so the lookup stays in bounds; its values are discarded.
     rows = F.embedding(ids.masked_fill(bad, 0), weight)  # [num_tokens, hidden]
     # In-place index_fill over the (usually empty) bad positions: a masked_fill/where with a

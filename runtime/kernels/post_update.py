@@ -34,6 +34,7 @@ from tokenstate.runtime.kernels._launch import (
     triton_impl,
     use_triton,
 )
+from tokenstate.runtime.kernels.host_twins import post_update_host
 
 __all__ = ["post_update", "post_update_twin", "verify_drafts", "verify_drafts_twin"]
 
@@ -66,7 +67,8 @@ def post_update(
         slots: ``[num_rows]`` int32, distinct.
         last_sampled: ``[num_slots]`` int32, updated in place.
         num_computed: ``[num_slots]`` int32, updated in place.
-        backend: ``"auto"`` (Triton on CUDA, twin on the CPU), ``"triton"`` or ``"torch"``.
+        backend: ``"auto"`` (Triton on CUDA, the numpy twin on the CPU), ``"triton"`` or
+            ``"torch"`` (the torch twin).
     """
     fn = "post_update"
     require_tensor(fn, "sampled", sampled, dtypes=_TOKENS, shape=[None])
@@ -104,7 +106,8 @@ def post_update(
                 "rows whose sample is discarded."
             )
     if not use_triton(fn, backend, device):
-        post_update_twin(
+        twin = post_update_host if backend == "auto" and device.type == "cpu" else post_update_twin
+        twin(
             sampled, cu_num_logits, num_sampled, keep, query_start_loc, num_drafts, slots,
             last_sampled, num_computed,
         )  # fmt: skip

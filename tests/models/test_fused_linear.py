@@ -1,0 +1,61 @@
+"""FusedProjection: one matmul equals the separate projections, and never serves stale weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tokenstate.models import fused_linear
+from tokenstate.models.fused_linear import FusedProjection
+
+
+def _pair(bias: bool) -> tuple[nn.Linear, nn.Linear]:
+    torch.manual_seed(0)
+    return nn.Linear(8, 4, bias=bias), nn.Linear(8, 6, bias=bias)
+
+
+def _reference(x: torch.Tensor, linears: tuple[nn.Linear, ...]) -> torch.Tensor:
+    return torch.cat([lin(x) for lin in linears], dim=-1)  # [n, sum(out)]
+
+
+def test_fused_matches_separate_and_follows_every_kind_of_weight_change() -> None:
+    for bias in (False, True):
+        a, b = _pair(bias)
+        fused, x = FusedProjection(), torch.randn(3, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(fused(x, (a, b)), _reference(x, (a, b)))
+            a.weight.mul_(2)  # in place: the version counter moves
+            torch.testing.assert_close(fused(x, (a, b)), _reference(x, (a, b)))
+            b.weight = nn.Parameter(torch.randn(6, 8))  # replaced
+            torch.testing.assert_close(fused(x, (a, b)), _reference(x, (a, b)))
+            a.load_state_dict({k: torch.randn_like(v) for k, v in a.state_dict().items()})
+            torch.testing.assert_close(fused(x, (a, b)), _reference(x, (a, b)))
+        with torch.inference_mode():
+            torch.testing.assert_close(fused(x, (a, b)), _reference(x, (a, b)))
+
+
+def test_grad_mode_runs_the_separate_projections_so_gradients_reach_them() -> None:
+    a, b = _pair(True)
+    out = FusedProjection()(torch.randn(3, 8), (a, b))  # [3, 10]
+    out.sum().backward()
+    assert a.weight.grad is not None and b.weight.grad is not None
+
+
+def test_inference_tensor_weights_are_not_cached() -> None:
+    with torch.inference_mode():
+        a, b = nn.Linear(8, 4), nn.Linear(8, 6)
+        fused, x = FusedProjection(), torch.randn(3, 8)
+        first = fused(x, (a, b))
+        a.weight.mul_(3)  # an inference tensor has no version counter to watch
+        torch.testing.assert_close(fused(x, (a, b)), _reference(x, (a, b)))
+        assert not torch.equal(first, fused(x, (a, b)))
+
+
+def test_weights_above_the_size_limit_are_not_copied(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fused_linear, "MAX_FUSED_BYTES", 8 * 10 * 4 - 1)  # just under 8x10 float32
+    a, b = _pair(False)
+    fused, x = FusedProjection(), torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x, (a, b)), _reference(x, (a, b)))
+    assert fused._weight is None  # no duplicate of the weights was kept
