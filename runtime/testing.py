@@ -233,7 +233,10 @@ def toy_factory(
         honors: the declared ``honors_device_token_ids``.
         embed: which forward: ``"device"`` (correct), ``"host"`` (the original bug) or ``"raw"``
             (embeds the placeholder buffer).
-        vocab_size, hidden_size, max_model_len, eos_token_id: the preset config.
+        vocab_size: the preset's vocabulary size.
+        hidden_size: the preset's hidden size.
+        max_model_len: the preset's context length (``max_position_embeddings``).
+        eos_token_id: the preset's EOS token, or ``None`` for none.
         seed: the preset's weight seed.
     """
     if embed not in _FORWARDS:

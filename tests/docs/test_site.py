@@ -20,6 +20,7 @@ REFERENCE_PAGES = {
     "tokenstate.contracts.checker": "reference/checker/index.html",
     "tokenstate.runtime": "reference/runtime/index.html",
     "tokenstate.runtime.kernels": "reference/kernels/index.html",
+    "tokenstate.runtime.testing": "reference/testing/index.html",
     "tokenstate.models": "reference/models/index.html",
 }
 
