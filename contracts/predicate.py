@@ -1,7 +1,7 @@
 """The row predicate: the one Python definition of which token positions are *spliced*.
 
 A batch row for a slot covers positions ``[num_computed, num_computed + query_len)`` with
-``seq_len = num_computed + query_len``. The row is spliced iff ``seq_len > prefill_len``: its last
+``seq_len = num_computed + query_len``. The row is spliced iff ``seq_len`` exceeds ``prefill_len``: its last
 input position holds a token that was sampled on the device and that the host has not been told.
 The row's draft-token positions (its last ``num_drafts`` positions) are spliced too, so a spliced
 row's stale positions are its last ``1 + num_drafts`` positions. The chunk that completes a prefill
@@ -22,7 +22,7 @@ __all__ = ["spliced_rows", "stale_position_mask"]
 
 
 def spliced_rows(seq_lens: torch.Tensor, prefill_lens: torch.Tensor) -> torch.Tensor:
-    """Per-row spliced flag: ``seq_lens > prefill_lens`` — THE row predicate.
+    """Per-row spliced flag: ``seq_lens`` exceeds ``prefill_lens`` — THE row predicate.
 
     Args:
         seq_lens: ``[num_rows]`` integer, ``num_computed + query_len`` per row.

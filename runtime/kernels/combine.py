@@ -1,7 +1,7 @@
 """Combine: splice the device-side sampled and draft tokens into the step's input ids.
 
 On the async path the uploaded host buffer holds ``PLACEHOLDER`` at every spliced position. For each
-row that the row predicate (:func:`tokenstate.contracts.spliced_rows`, ``seq_len > prefill_len``)
+row that the row predicate (:func:`tokenstate.contracts.spliced_rows`: ``seq_len`` exceeds ``prefill_len``)
 marks spliced, combine writes the slot's last sampled token at position ``end - 1 - num_drafts`` and
 the slot's draft tokens at the row's last ``num_drafts`` positions; every other position is copied
 from the host buffer. Exactly the positions :func:`tokenstate.contracts.stale_position_mask` marks
