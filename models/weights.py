@@ -21,6 +21,9 @@ from torch import nn
 
 from tokenstate.contracts import ConfigError
 
+# One reader of config.json for the registry and every model (clear errors for a bad directory).
+from tokenstate.runtime.registry import read_hf_config as read_config
+
 __all__ = [
     "PICKLE_SUFFIXES",
     "load_state",
@@ -32,23 +35,6 @@ __all__ = [
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 _INDEX = "model.safetensors.index.json"
-
-
-def read_config(path: str | Path) -> dict[str, Any]:
-    """The ``config.json`` of an HF-format directory, as a dict (clear error if absent or bad)."""
-    directory = Path(path)
-    if not directory.is_dir():
-        raise ConfigError(f"{directory}: not a directory; expected an HF-format model directory.")
-    config_file = directory / "config.json"
-    if not config_file.is_file():
-        raise ConfigError(f"{directory}: no config.json; expected an HF-format model directory.")
-    try:
-        config = json.loads(config_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{config_file}: not valid JSON ({exc}).") from exc
-    if not isinstance(config, dict):
-        raise ConfigError(f"{config_file}: must hold a JSON object, got {type(config).__name__}.")
-    return config
 
 
 def safetensors_files(path: str | Path) -> list[Path]:

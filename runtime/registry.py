@@ -9,6 +9,7 @@ factory declared it receives :class:`~tokenstate.contracts.DeviceTokens` on a st
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ __all__ = [
     "ServableModel",
     "factories",
     "load_plugins",
+    "read_hf_config",
     "register",
     "resolve",
     "resolve_preset",
@@ -191,18 +193,26 @@ def resolve_preset(name: str) -> ModelFactory | None:
         return _by_preset.get(name)
 
 
-def architecture_of(path: Path) -> str:
-    """``architectures[0]`` of an HF-format directory's config.json (clear error if missing)."""
-    import json
-
-    config_file = Path(path) / "config.json"
+def read_hf_config(path: str | Path) -> dict[str, Any]:
+    """The ``config.json`` of an HF-format directory, as a dict (clear error if absent or bad)."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise ConfigError(f"{directory}: not a directory; expected an HF-format model directory.")
+    config_file = directory / "config.json"
     if not config_file.is_file():
-        raise ConfigError(f"{path}: no config.json; expected an HF-format model directory.")
+        raise ConfigError(f"{directory}: no config.json; expected an HF-format model directory.")
     try:
         config = json.loads(config_file.read_text())
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{config_file}: not valid JSON ({exc}).") from exc
-    archs = config.get("architectures") if isinstance(config, dict) else None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{config_file}: must hold a JSON object, got {type(config).__name__}.")
+    return config
+
+
+def architecture_of(path: str | Path) -> str:
+    """``architectures[0]`` of an HF-format directory's config.json (clear error if missing)."""
+    archs = read_hf_config(path).get("architectures")
     if not archs or not isinstance(archs, list) or not isinstance(archs[0], str):
-        raise ConfigError(f"{config_file}: needs an 'architectures' list naming the model class.")
+        raise ConfigError(f"{Path(path) / 'config.json'}: needs an 'architectures' list naming the model class.")
     return archs[0]

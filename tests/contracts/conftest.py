@@ -11,7 +11,6 @@ from tokenstate.contracts import (
     DeviceTokens,
     ForwardInput,
     HostTokens,
-    set_checks_mode,
     stale_position_mask,
 )
 
@@ -62,10 +61,3 @@ class Step:
 @pytest.fixture
 def step() -> Step:
     return Step()
-
-
-@pytest.fixture(autouse=True)
-def _reset_checks_mode():
-    set_checks_mode(None)
-    yield
-    set_checks_mode(None)

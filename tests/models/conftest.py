@@ -29,7 +29,6 @@ from tokenstate.contracts import (
     DeviceTokens,
     ForwardInput,
     HostTokens,
-    set_checks_mode,
 )
 
 # The oracle runs from tiny local directories only.
@@ -171,10 +170,3 @@ def _one_intra_op_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
-
-
-@pytest.fixture(autouse=True)
-def _reset_checks_mode():
-    set_checks_mode(None)
-    yield
-    set_checks_mode(None)
