@@ -62,8 +62,8 @@ class Field:
     name: str
     kind: tuple[type | None, ...]
     default: Any = REQUIRED
-    minimum: float | None = None
-    maximum: float | None = None
+    minimum: int | float | None = None
+    maximum: int | float | None = None
 
     def check(self, value: Any) -> str | None:
         """A problem description, or ``None`` when ``value`` is acceptable."""

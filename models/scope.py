@@ -21,7 +21,6 @@ from tokenstate.runtime.kernels import guarded_embedding
 
 __all__ = ["ScopedEmbedding", "StepScope", "current_scope"]
 
-_ACTIVE: ContextVar[StepScope | None] = ContextVar("tokenstate_step_scope", default=None)
 
 
 class StepScope:
@@ -66,6 +65,11 @@ class StepScope:
         if self._device_tokens is not None:
             return self._device_tokens.ids
         return self._host_tokens.ids.to(self._device, non_blocking=True)
+
+
+# Defined after the class: its annotation names StepScope, and beartype's import hook evaluates
+# module-level annotations when the assignment runs.
+_ACTIVE: ContextVar[StepScope | None] = ContextVar("tokenstate_step_scope", default=None)
 
 
 def current_scope() -> StepScope:

@@ -30,11 +30,6 @@ _FIX = (
     "takes the synchronous host path; an id >= vocab means the tokenizer and the model disagree."
 )
 
-_current: contextvars.ContextVar[StepGuard | None] = contextvars.ContextVar(
-    "tokenstate_step_guard", default=None
-)
-
-
 @dataclass(frozen=True, slots=True)
 class _Record:
     bad: torch.Tensor  # [num_tokens] bool, execution device
@@ -144,6 +139,13 @@ class StepGuard:
         for record in records:
             if bool(record.bad.any()):
                 raise_bad_ids(record.bad, record.ids, record.vocab_size, layout)
+
+
+# Defined after the class: its annotation names StepGuard, and beartype's import hook evaluates
+# module-level annotations when the assignment runs.
+_current: contextvars.ContextVar[StepGuard | None] = contextvars.ContextVar(
+    "tokenstate_step_guard", default=None
+)
 
 
 def current_guard() -> StepGuard | None:

@@ -20,6 +20,10 @@ import pytest
 __all__ = ["CHECKS_OPTION", "LEDGER_OPTION"]
 
 CHECKS_OPTION = "--tokenstate-checks"
+# Left to their own checks: modules of registered forwards (an ``@entry_point`` already checks every
+# call, and beartype would replace the EntryPoint wrapper by a plain function), and the routing
+# checker, whose mixins annotate ``self`` with the engine class for static analysis only.
+CLAW_SKIPPED = ("tokenstate.models", "tokenstate.runtime.testing", "tokenstate.contracts.checker")
 LEDGER_OPTION = "--tokenstate-ledger"
 _CLAW_KEY = pytest.StashKey[bool]()  # set once beartype's import hook is installed for this run
 
@@ -72,10 +76,11 @@ def _install_checks_hook(config: pytest.Config) -> None:
             "them at startup (another plugin, a -p option, or a sitecustomize); remove that import or "
             f"run without {CHECKS_OPTION}."
         )
+    from beartype import BeartypeConf
     from beartype.claw import beartype_package
 
     _stop_assertion_rewriting_of_tokenstate()
-    beartype_package("tokenstate")
+    beartype_package("tokenstate", conf=BeartypeConf(claw_skip_package_names=CLAW_SKIPPED))
     config.stash[_CLAW_KEY] = True
 
 
