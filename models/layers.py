@@ -95,12 +95,17 @@ class GatedMLP(nn.Module):
         self.act = ACTIVATIONS[act]
         self.intermediate_size = intermediate_size
         self._gate_up = FusedProjection()  # gate and up in one matmul (weights stay HF-named)
+        self._down = FusedProjection()  # down_proj, pre-packed where that pays
 
     def forward(self, x: Tensor) -> Tensor:
         gate, up = self._gate_up(x, (self.gate_proj, self.up_proj)).split(
             self.intermediate_size, dim=-1
         )  # [..., intermediate] each
-        return self.down_proj(self.act(gate) * up)
+        return self._down(self.act(gate) * up, (self.down_proj,))
+
+    def prepack_linears(self) -> None:
+        self._gate_up.prepare((self.gate_proj, self.up_proj))
+        self._down.prepare((self.down_proj,))
 
 
 def slot_attention(
@@ -194,6 +199,11 @@ class SlotAttention(nn.Module):
         self.k_cache: Tensor | None = None  # [num_slots, max_model_len, num_kv_heads, head_dim]
         self.v_cache: Tensor | None = None  # [num_slots, max_model_len, num_kv_heads, head_dim]
         self._qkv = FusedProjection()  # q, k and v in one matmul (weights stay HF-named)
+        self._o = FusedProjection()  # o_proj, pre-packed where that pays
+
+    def prepack_linears(self) -> None:
+        self._qkv.prepare((self.q_proj, self.k_proj, self.v_proj))
+        self._o.prepare((self.o_proj,))
 
     def allocate_slots(self, num_slots: int, max_model_len: int) -> None:
         w = self.k_proj.weight
@@ -218,4 +228,4 @@ class SlotAttention(nn.Module):
         q, k = RotaryEmbedding.rotate(qkv[:, : heads + kv_heads], cos, sin).split((heads, kv_heads), dim=1)
         v = qkv[:, heads + kv_heads :]  # [num_tokens, kv_heads, head_dim]
         out = slot_attention(q, k, v, self.k_cache, self.v_cache, batch, self.scale)
-        return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
+        return self._o(out.reshape(n, self.num_heads * self.head_dim), (self.o_proj,))
