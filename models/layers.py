@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from tokenstate.contracts import ConfigError
 from tokenstate.models.fused_linear import FusedProjection
-from tokenstate.models.slot_batch import SlotBatch
+from tokenstate.models.slot_batch import ShortRows, SlotBatch
 
 __all__ = ["ACTIVATIONS", "GatedMLP", "RMSNorm", "RotaryEmbedding", "SlotAttention", "slot_attention"]
 
@@ -139,24 +139,7 @@ def slot_attention(
 
     out = q.new_empty(q.shape[0], q.shape[1], v.shape[2])  # [num_tokens, num_heads, v_head_dim]
     if short is not None:
-        # All short rows (decode, decode + drafts) in one masked attention over their slots' caches.
-        # index_select on the [:, :L] view: a slab copy per slot (advanced indexing runs an
-        # element-wise kernel, ~5x slower on the CPU for the same gather).
-        if short.slot_start is not None:  # consecutive slots: attend on a view, no copy at all
-            rows = slice(short.slot_start, short.slot_start + short.slots.shape[0])
-            keys = k_cache[rows, : short.kv_len].transpose(1, 2)  # [R, kv_heads, L, d]
-            values = v_cache[rows, : short.kv_len].transpose(1, 2)  # [R, kv_heads, L, dv]
-        else:
-            keys = k_cache[:, : short.kv_len].index_select(0, short.slots).transpose(1, 2)  # [R, kv_heads, L, d]
-            values = v_cache[:, : short.kv_len].index_select(0, short.slots).transpose(1, 2)  # [R, kv_heads, L, dv]
-        token_index = short.token_index  # [R, Q]
-        # write_tokens is None: the short rows are the whole step in flat order, q needs no gather.
-        gathered = q if short.write_tokens is None else q.index_select(0, token_index.view(-1))
-        queries = gathered.view(*token_index.shape, *q.shape[1:]).transpose(1, 2)  # [R, heads, Q, head_dim]
-        attended = F.scaled_dot_product_attention(
-            queries, keys, values, attn_mask=short.key_mask, scale=scale,
-            enable_gqa=gqa,
-        ).transpose(1, 2)  # [R, Q, heads, v_head_dim]
+        attended = _attend_short_rows(q, k_cache, v_cache, short, scale, gqa, v.shape[2])  # [R, Q, heads, dv]
         flat = attended.reshape(-1, attended.shape[2], attended.shape[3])  # [R * Q, heads, v_head_dim]
         if not batch.long_rows and short.write_tokens is None and short.valid_src is None:
             return flat  # a decode-only step: the short rows are every token, in flat order
@@ -180,6 +163,42 @@ def slot_attention(
         )  # [1, heads, n, v_head_dim]
         out[chunk.start : chunk.end] = attended[0].transpose(0, 1)
     return out
+
+
+def _attend_short_rows(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, short: ShortRows, scale: float, gqa: bool, dv: int
+) -> Tensor:
+    """``[R, Q, heads, dv]``: all short rows (decode, decode + drafts), one masked attention per slot run.
+
+    Each run reads ``cache[slot_lo:slot_hi, :kv_len]`` as a view — the caches are never gathered.
+    Rows are placed into the runs' span by slot (``span_index``); a hole's zero queries attend to
+    finite cache values and their outputs are dropped.
+    """
+    token_index = short.token_index  # [R, Q]
+    num_rows, q_len = token_index.shape
+    # write_tokens is None: the short rows are the whole step in flat order, q needs no gather.
+    gathered = q if short.write_tokens is None else q.index_select(0, token_index.view(-1))
+    rows_q = gathered.view(num_rows, q_len, *q.shape[1:])  # [R, Q, heads, head_dim]
+    if short.span_index is None:
+        span_q = rows_q  # the rows are the span, in slot order
+    else:
+        span_q = q.new_zeros(short.span, q_len, *q.shape[1:])  # [span, Q, heads, head_dim]
+        span_q[short.span_index] = rows_q
+    span_out = None if len(short.runs) == 1 else q.new_empty(short.span, q_len, q.shape[1], dv)
+    for run in short.runs:
+        n = run.slot_hi - run.slot_lo
+        keys = k_cache[run.slot_lo : run.slot_hi, : run.kv_len].transpose(1, 2)  # [n, kv_heads, L, d]: a view
+        values = v_cache[run.slot_lo : run.slot_hi, : run.kv_len].transpose(1, 2)  # [n, kv_heads, L, dv]
+        queries = span_q[run.offset : run.offset + n].transpose(1, 2)  # [n, heads, Q, head_dim]
+        attended = F.scaled_dot_product_attention(
+            queries, keys, values, attn_mask=run.key_mask, scale=scale, enable_gqa=gqa,
+        ).transpose(1, 2)  # [n, Q, heads, dv]
+        if span_out is None:
+            span_out = attended
+        else:
+            span_out[run.offset : run.offset + n] = attended
+    assert span_out is not None  # a ShortRows has at least one run
+    return span_out if short.span_index is None else span_out[short.span_index]
 
 
 class SlotAttention(nn.Module):
