@@ -4,7 +4,7 @@
 (``path``, ``prompts``, ``max_tokens`` per request, ``reps``, ``max_num_seqs``,
 ``max_num_batched_tokens``) and prints one ``ENGINE_RESULT {json}`` line: tokens/s per repetition,
 the generated token ids of the last repetition and the child's peak RSS. One intra-op thread,
-greedy, EOS ignored, a warm-up run first. Engines:
+greedy, EOS ignored, a short warm-up first (:data:`WARMUP_REQUESTS`). Engines:
 
 * ``ours``: ``tokenstate.runtime.LLM(path, async_scheduling=True)`` (``ours-sync``: ``False``);
 * ``hf``: ``transformers`` ``generate`` over all prompts as one left-padded batch (HF's own
@@ -36,9 +36,21 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def _timed(fn: Any, spec: dict[str, Any]) -> dict[str, Any]:
-    """Warm up once, then time ``spec['reps']`` runs of ``fn() -> list[list[int]]``."""
-    tokens = fn()
+WARMUP_REQUESTS, WARMUP_TOKENS = 4, 4
+"""The warm-up runs the first few requests for a few tokens: it pays the first-call costs (lazy
+allocations, kernel caches) without doubling a run that takes minutes."""
+
+
+def _warmup_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    k = WARMUP_REQUESTS
+    return {**spec, "prompts": spec["prompts"][:k], "max_tokens": [WARMUP_TOKENS] * len(spec["prompts"][:k])}
+
+
+def _timed(make_run: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    """Warm up on a small slice, then time ``spec['reps']`` runs of ``make_run(spec)()``."""
+    make_run(_warmup_spec(spec))()
+    fn = make_run(spec)
+    tokens: list[list[int]] = []
     total = sum(spec["max_tokens"])
     samples = []
     for _ in range(spec["reps"]):
@@ -55,8 +67,12 @@ def _ours(spec: dict[str, Any], async_scheduling: bool) -> dict[str, Any]:
         spec["path"], async_scheduling=async_scheduling, max_num_seqs=spec["max_num_seqs"],
         max_num_batched_tokens=spec["max_num_batched_tokens"],
     )  # fmt: skip
-    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in spec["max_tokens"]]
-    return _timed(lambda: [list(o.token_ids) for o in llm.generate(spec["prompts"], params)], spec)
+
+    def make_run(work: dict[str, Any]) -> Any:
+        params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in work["max_tokens"]]
+        return lambda: [list(o.token_ids) for o in llm.generate(work["prompts"], params)]
+
+    return _timed(make_run, spec)
 
 
 def _hf(spec: dict[str, Any], serial: bool) -> dict[str, Any]:
@@ -65,34 +81,37 @@ def _hf(spec: dict[str, Any], serial: bool) -> dict[str, Any]:
 
     transformers.logging.set_verbosity_error()
     model = transformers.AutoModelForCausalLM.from_pretrained(spec["path"], dtype=torch.float32).eval()
-    prompts, lengths = spec["prompts"], spec["max_tokens"]
 
     def config(new: int) -> transformers.GenerationConfig:
         return transformers.GenerationConfig(
             max_new_tokens=new, min_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0
         )
 
-    width = max(len(p) for p in prompts)
-    ids = torch.zeros(len(prompts), width, dtype=torch.long)  # [requests, width], pad id 0 on the left
-    mask = torch.zeros(len(prompts), width, dtype=torch.long)  # [requests, width]
-    for i, prompt in enumerate(prompts):
-        ids[i, width - len(prompt) :] = torch.tensor(prompt)
-        mask[i, width - len(prompt) :] = 1
-    batch_config = config(max(lengths))
+    def make_run(work: dict[str, Any]) -> Any:
+        prompts, lengths = work["prompts"], work["max_tokens"]
+        width = max(len(p) for p in prompts)
+        ids = torch.zeros(len(prompts), width, dtype=torch.long)  # [requests, width], pad 0 on the left
+        mask = torch.zeros(len(prompts), width, dtype=torch.long)  # [requests, width]
+        for i, prompt in enumerate(prompts):
+            ids[i, width - len(prompt) :] = torch.tensor(prompt)
+            mask[i, width - len(prompt) :] = 1
+        batch_config = config(max(lengths))
 
-    def batched() -> list[list[int]]:
-        with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, generation_config=batch_config)
-        return [out[i, width : width + n].tolist() for i, n in enumerate(lengths)]
+        def batched() -> list[list[int]]:
+            with torch.no_grad():
+                out = model.generate(input_ids=ids, attention_mask=mask, generation_config=batch_config)
+            return [out[i, width : width + n].tolist() for i, n in enumerate(lengths)]
 
-    def one_by_one() -> list[list[int]]:
-        with torch.no_grad():
-            return [
-                model.generate(input_ids=torch.tensor([p]), generation_config=config(n))[0, len(p) :].tolist()
-                for p, n in zip(prompts, lengths, strict=True)
-            ]
+        def one_by_one() -> list[list[int]]:
+            with torch.no_grad():
+                return [
+                    model.generate(input_ids=torch.tensor([p]), generation_config=config(n))[0, len(p) :].tolist()
+                    for p, n in zip(prompts, lengths, strict=True)
+                ]
 
-    return _timed(one_by_one if serial else batched, spec)
+        return one_by_one if serial else batched
+
+    return _timed(make_run, spec)
 
 
 def _vllm(spec: dict[str, Any]) -> dict[str, Any]:
@@ -104,17 +123,21 @@ def _vllm(spec: dict[str, Any]) -> dict[str, Any]:
         max_num_seqs=spec["max_num_seqs"], max_num_batched_tokens=spec["max_num_batched_tokens"],
         max_model_len=spec["max_model_len"], enable_prefix_caching=False,
     )  # fmt: skip
-    prompts = [TokensPrompt(prompt_token_ids=p) for p in spec["prompts"]]
-    params = [
-        SamplingParams(max_tokens=n, min_tokens=n, temperature=0.0, ignore_eos=True, detokenize=False)
-        for n in spec["max_tokens"]
-    ]
 
-    def run() -> list[list[int]]:
-        outs = llm.generate(prompts, params, use_tqdm=False)
-        return [list(o.outputs[0].token_ids) for o in outs]
+    def make_run(work: dict[str, Any]) -> Any:
+        prompts = [TokensPrompt(prompt_token_ids=p) for p in work["prompts"]]
+        params = [
+            SamplingParams(max_tokens=n, min_tokens=n, temperature=0.0, ignore_eos=True, detokenize=False)
+            for n in work["max_tokens"]
+        ]
 
-    return _timed(run, spec)
+        def run() -> list[list[int]]:
+            outs = llm.generate(prompts, params, use_tqdm=False)
+            return [list(o.outputs[0].token_ids) for o in outs]
+
+        return run
+
+    return _timed(make_run, spec)
 
 
 def child_main(engine: str, spec_file: str) -> None:
