@@ -15,8 +15,8 @@ from tokenstate.models import slot_batch
 from tokenstate.models.llama import FACTORY
 
 VOCAB = 512  # tiny-llama
-NUM_SLOTS = 40
-SLOTS = [33, 2, 3, 17, 9, 10, 11, 25, 0, 38]  # 6 gaps: more than MAX_SLOT_RUNS - 1 cuts
+NUM_SLOTS = 200
+SLOTS = [150, 2, 3, 17, 9, 10, 11, 60, 0, 190]  # small gaps (a run spans them) and wide ones (cuts)
 
 
 def _prompt(slot: int) -> list[int]:
@@ -55,7 +55,9 @@ def test_scattered_slots_give_every_row_its_solo_logits(make_input):
     solo = _solo_logits(make_input)
     model, inp = _crowded_step(make_input)
     batch = slot_batch.SlotBatch.from_input(inp, num_slots=NUM_SLOTS, max_model_len=model.max_model_len)
-    assert batch.short_rows is not None and len(batch.short_rows.runs) == slot_batch.MAX_SLOT_RUNS
+    assert batch.short_rows is not None
+    runs = batch.short_rows.runs
+    assert [(r.slot_lo, r.slot_hi) for r in runs] == [(0, 18), (60, 61), (150, 151), (190, 191)]
     logits = FACTORY.forward(model, inp)
     taken = 0
     for slot in SLOTS:
@@ -96,12 +98,20 @@ def test_a_decode_step_never_copies_a_kv_cache(make_input):
     assert reads.ops <= VIEW_WRITE_OR_ATTEND, f"ops that copy a cache: {sorted(reads.ops - VIEW_WRITE_OR_ATTEND)}"
 
 
-def test_runs_cut_at_the_widest_gaps_and_cover_every_row():
-    slots = np.array(sorted(SLOTS))
-    runs = slot_batch._slot_runs(slots)
-    assert len(runs) == slot_batch.MAX_SLOT_RUNS
-    assert [i for a, b in runs for i in range(a, b + 1)] == list(range(len(slots)))
-    gaps = np.diff(slots) - 1
-    cut_gaps = sorted(int(gaps[b]) for _, b in runs[:-1])
-    assert cut_gaps == sorted(gaps.tolist())[-len(cut_gaps) :]  # the widest ones
-    assert slot_batch._slot_runs(np.array([4, 5, 6])) == [(0, 2)]
+def _cost(slots: list[int], lens: list[int], runs: list[tuple[int, int]]) -> int:
+    return sum((slots[j] - slots[i] + 1) * max(lens[i : j + 1]) + slot_batch.RUN_COST_KEYS for i, j in runs)
+
+
+def test_runs_cover_every_row_and_cost_no_more_than_one_run_or_a_run_per_row():
+    gen = np.random.default_rng(0)
+    for _ in range(200):
+        num = int(gen.integers(1, 40))
+        slots = sorted(gen.choice(300, num, replace=False).tolist())
+        lens = gen.integers(1, 700, num).tolist()
+        runs = slot_batch._slot_runs(np.array(slots), np.array(lens))
+        assert [i for a, b in runs for i in range(a, b + 1)] == list(range(num))
+        cost = _cost(slots, lens, runs)
+        assert cost <= _cost(slots, lens, [(0, num - 1)])
+        assert cost <= _cost(slots, lens, [(i, i) for i in range(num)])
+    # Neighbouring slots of similar length share a run; a far-away long row gets its own.
+    assert slot_batch._slot_runs(np.array([4, 5, 6, 200]), np.array([300, 290, 310, 600])) == [(0, 2), (3, 3)]
