@@ -25,6 +25,7 @@ from tokenstate.runtime.registry import ModelFactory, ServableModel
 from tokenstate.runtime.runner import ON_UNHONORED, ModelRunner, OnUnhonored
 from tokenstate.runtime.scheduler import SCHEDULING_ORDERS, Request, SchedulingOrder
 from tokenstate.runtime.spec_decode import SpeculativeConfig
+from tokenstate.runtime.stream import Chaos, chaos_from_env
 
 __all__ = ["LLM"]
 
@@ -126,6 +127,7 @@ class LLM:
         scheduling_order: SchedulingOrder = "decode_first",
         kv_cache_tokens: int | None = None,
         speculative: dict[str, Any] | None = None,
+        chaos: int | None = None,
     ) -> None:
         if not isinstance(async_scheduling, bool):
             raise ConfigError(f"LLM: async_scheduling must be a bool, got {async_scheduling!r}.")
@@ -170,6 +172,7 @@ class LLM:
             scheduling_order=scheduling_order,
             seed=seed,
             speculative=spec,
+            chaos=chaos_from_env() if chaos is None else Chaos(chaos),
         )
 
     @property

@@ -40,6 +40,7 @@ from tokenstate.runtime.registry import ModelFactory
 from tokenstate.runtime.sampler import SamplingRows, sample
 from tokenstate.runtime.scheduler import Request, ScheduledBatch, Scheduler, SchedulingOrder
 from tokenstate.runtime.spec_decode import SpeculativeConfig, propose_ngram
+from tokenstate.runtime.stream import Chaos, stream_for
 
 __all__ = ["ON_UNHONORED", "ModelRunner", "OnUnhonored"]
 
@@ -75,6 +76,7 @@ class ModelRunner:
         scheduling_order: SchedulingOrder = "decode_first",
         seed: int = 0,
         speculative: SpeculativeConfig | None = None,
+        chaos: Chaos | None = None,
     ) -> None:
         self.factory = factory
         self.model = model
@@ -96,9 +98,12 @@ class ModelRunner:
             stats=stats,
         )
         self.table = HostTokenTable(max_num_seqs, max_model_len)
+        self.chaos = chaos
+        # Every device write goes through this stream, in order; the host only waits on its events.
+        self.stream = stream_for(device, chaos)
         self.mirror = DeviceMirror(
             max_num_seqs,
-            device,
+            self.stream,
             max_model_len=max_model_len,
             max_drafts=self.num_drafts,
             capacity=3 * max_num_batched_tokens + 12 * max_num_seqs * (1 + self.num_drafts) + 2,
@@ -126,6 +131,7 @@ class ModelRunner:
                     "in flight (a scheduler invariant broke; please report it)."
                 )
             return self._resolve_pending()
+        self._host_pause()
         self._admit(batch.admitted)
         prepared = prepare_inputs(batch, self.table, spliced=self.async_scheduling)
         finished: list[Request] = []
@@ -144,9 +150,14 @@ class ModelRunner:
             self.stats.fallback_steps += 1
         else:
             self.stats.async_steps += 1
+        self._host_pause()
         finished += self._resolve_pending()  # the previous step, resolved after this one launched
         self._in_flight = launched
         return finished
+
+    def _host_pause(self) -> None:
+        if self.chaos is not None:
+            self.chaos.host_pause()
 
     def _refuse_or_fall_back(self, prepared: HostStepInputs) -> None:
         if self.on_unhonored == "refuse":
@@ -161,10 +172,18 @@ class ModelRunner:
             )
 
     def _admit(self, admitted: tuple[Request, ...]) -> None:
+        if not admitted:
+            return
         for req in admitted:
-            self.model.reset_slot(req.slot)
             self.table.admit(req)
+        # The model's slot state and the mirror's are reseeded in stream order: behind the in-flight
+        # step, which may still write the slot's previous occupant.
+        self.stream.submit(self._reset_model_slots, tuple(req.slot for req in admitted))
         self.mirror.admit(admitted)
+
+    def _reset_model_slots(self, slots: tuple[int, ...]) -> None:
+        for slot in slots:
+            self.model.reset_slot(slot)
 
     def _sampling_rows(self, batch: ScheduledBatch, dev: DeviceStepInputs) -> SamplingRows:
         params = [row.request.params for row in batch.sampling_rows]
@@ -213,8 +232,24 @@ class ModelRunner:
     def _launch(
         self, batch: ScheduledBatch, prepared: HostStepInputs, *, use_combine: bool
     ) -> _InFlight:
+        """Stage the step's inputs and submit its device work; the host does not wait for it."""
+        dev = self.mirror.upload(prepared)
+        guard = StepGuard()
+        num_rows = len(batch.rows)
+        results = self.mirror.results_buffer(
+            prepared.num_logits + num_rows + (num_rows * self.num_drafts if self.speculative else 0)
+        )  # [n] int32 host buffer: sampled tokens, emitted counts, next drafts
+        self.stream.submit(self._device_step, batch, prepared, dev, use_combine, guard, results)
+        pending = PendingTokens(results, self.stream.record_event(), guard, prepared.layout)
+        self._num_launched += 1
+        return _InFlight(self._num_launched - 1, batch, prepared, pending)
+
+    def _device_step(
+        self, batch: ScheduledBatch, prepared: HostStepInputs, dev: DeviceStepInputs,
+        use_combine: bool, guard: StepGuard, results: torch.Tensor,
+    ) -> None:  # fmt: skip
+        """On the stream: combine → checked forward → sample → post-update → history → drafts → copy."""
         mirror = self.mirror
-        dev = mirror.upload(prepared)
         device_tokens = None
         logits_indices = dev.logits_indices  # [num_logits] int64
         if use_combine:
@@ -232,7 +267,6 @@ class ModelRunner:
             logits_indices=logits_indices,
             slots=dev.slots_long,
         )
-        guard = StepGuard()
         with guard:
             logits = self.factory.forward(self.model, inp)  # [num_logits, vocab] float32
         logits = self._process_logits(batch, prepared, dev, logits)
@@ -251,7 +285,7 @@ class ModelRunner:
         # Every logit's token at the position it predicts; a rejected draft's lies beyond the
         # slot's length and is overwritten before anything reads it.
         mirror.history.view(-1).index_copy_(0, dev.history_index, sampled)
-        results = [sampled, num_sampled]
+        packed = [sampled, num_sampled]
         if self.speculative is not None:
             drafts = propose_ngram(
                 mirror.history, dev.slots_long, mirror.num_computed.index_select(0, dev.slots_long) + 1,
@@ -259,10 +293,8 @@ class ModelRunner:
                 length_bound=int(prepared.seq_lens.max()) + 1,
             )  # [num_rows, k] int32  # fmt: skip
             mirror.draft_tokens.index_copy_(0, dev.slots_long, drafts)
-            results.append(drafts.flatten())
-        self._num_launched += 1
-        pending = mirror.start_copy(torch.cat(results), guard, prepared.layout)
-        return _InFlight(self._num_launched - 1, batch, prepared, pending)
+            packed.append(drafts.flatten())
+        mirror.copy_results(results, torch.cat(packed))
 
     def _resolve_pending(self) -> list[Request]:
         in_flight, self._in_flight = self._in_flight, None
@@ -293,5 +325,6 @@ class ModelRunner:
 
     def abort(self) -> None:
         """Forget every request and the in-flight step (after an error aborted a generate call)."""
+        self.stream.reset()  # drain what was submitted; drop the error it may have kept
         self._in_flight = None
         self.scheduler.abort_all()

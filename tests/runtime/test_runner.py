@@ -41,6 +41,7 @@ def test_a_decode_row_is_prepared_before_the_host_knows_its_token():
     prepared = prepare_inputs(batch, runner.table, spliced=True)
     assert request.output_token_ids == []
     assert prepared.host_tokens.placeholder_buffer().tolist() == [PLACEHOLDER]
+    runner.stream.synchronize()  # the device state is the stream's: read it once the stream is idle
     on_device = int(runner.mirror.last_sampled[request.slot])  # what combine will splice in
     runner._resolve_pending()
     assert request.output_token_ids == [on_device]
