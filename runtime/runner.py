@@ -8,8 +8,9 @@ history, never the host's view of it), so none of it waits for the host to learn
 On the async path the host learns step N's sampled tokens only after step N+1 has been launched:
 :meth:`ModelRunner.step` launches its batch and *then* resolves the previous one, so decode rows are
 prepared with ``PLACEHOLDER`` on the host and the combine kernel splices the slot's last sampled
-token in on the device. That runs on the CPU as well (the mirror's CPU data flow), so every CPU test
-reaches the async branch.
+token in on the device. The device work of a step runs on the runner's stream
+(:mod:`tokenstate.runtime.stream`): on the CPU a worker thread, so the host really prepares step
+N+1 while step N computes, and every fence between them is a real one that CPU tests exercise.
 
 The opt-in is the mechanism: only a forward whose factory declared ``honors_device_token_ids=True``
 receives :class:`~tokenstate.contracts.DeviceTokens`. For any other forward, a step with spliced
