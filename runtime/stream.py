@@ -190,7 +190,7 @@ def _work(tasks: queue.SimpleQueue[_Task | _CpuEvent | None], faults: _Faults, c
             context, fn, args = item
             try:
                 context.run(fn, *args)
-            except BaseException as exc:  # noqa: BLE001 - kept and re-raised at the next fence
+            except BaseException as exc:  # kept and re-raised at the next fence
                 faults.error = exc
 
 
@@ -292,7 +292,7 @@ class CudaStream:
                     torch.cuda._sleep(int(delay * self._cycles_per_s))
             try:
                 fn(*args)
-            except BaseException as exc:  # noqa: BLE001 - re-raised at the next fence, as on the CPU
+            except BaseException as exc:  # re-raised at the next fence, as on the CPU
                 self._faults.error = exc
 
     def record_event(self) -> _CudaEvent:

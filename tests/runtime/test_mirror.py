@@ -20,8 +20,6 @@ from tokenstate.runtime.mirror import DeviceMirror, PendingTokens
 from tokenstate.runtime.scheduler import Request, Scheduler
 from tokenstate.runtime.stream import CpuStream
 
-CPU = torch.device("cpu")
-
 
 def test_admit_reseeds_only_the_admitted_slots():
     mirror = DeviceMirror(3, CpuStream(), max_model_len=8)
