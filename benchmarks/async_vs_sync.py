@@ -59,7 +59,7 @@ class _DeviceClock:
     """Accumulates the time the stream's worker spends in the runner's device steps."""
 
     def __init__(self, llm: LLM) -> None:
-        runner = llm._runner
+        runner = llm._engine.runner
         step = runner._device_step
         self.seconds = 0.0
 

@@ -82,7 +82,7 @@ class _Staging:
         turn, self._turn = self._turn, 1 - self._turn
         fence = self.fences[turn]
         if fence is not None:
-            fence.synchronize()  # its copy (two uploads ago) must have left the buffer
+            fence.wait()  # its copy (two uploads ago) must have left the buffer
         return turn
 
     def upload(self, parts: Sequence[np.ndarray]) -> list[torch.Tensor]:

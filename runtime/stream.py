@@ -131,6 +131,10 @@ class StreamEvent(Protocol):
     def synchronize(self) -> None:
         """Block until the stream passed this point; re-raise a task's exception from before it."""
 
+    def wait(self) -> None:
+        """Block until the stream passed this point; a task's exception is left to the next
+        :meth:`synchronize` (a buffer fence is not the step's sync point)."""
+
     def query(self) -> bool:
         """Whether the stream passed this point (never blocks)."""
 
@@ -163,6 +167,9 @@ class _CpuEvent:
     def synchronize(self) -> None:
         self._done.wait()
         self._faults.raise_if_failed()
+
+    def wait(self) -> None:
+        self._done.wait()
 
     def query(self) -> bool:
         return self._done.is_set()
@@ -264,6 +271,9 @@ class _CudaEvent:
     def synchronize(self) -> None:
         self._event.synchronize()
         self._faults.raise_if_failed()
+
+    def wait(self) -> None:
+        self._event.synchronize()
 
     def query(self) -> bool:
         return bool(self._event.query())

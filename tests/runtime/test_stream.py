@@ -53,6 +53,7 @@ def test_a_failed_task_raises_at_the_next_fence_and_skips_later_tasks_until_rese
 
     stream.submit(fail)
     stream.submit(ran.append, 1)  # skipped: the stream is poisoned, as after a device error
+    stream.record_event().wait()  # a buffer fence only waits: the error is the sync point's
     with pytest.raises(ValueError, match="device fault"):
         stream.synchronize()
     with pytest.raises(ValueError, match="device fault"):
@@ -92,5 +93,5 @@ def test_llm_chaos_option_keeps_async_equal_to_sync():
     params = SamplingParams(max_tokens=10, ignore_eos=True)
     sync = LLM(toy_factory(), async_scheduling=False).generate(prompts, params)
     llm = LLM(toy_factory(), chaos=3, max_num_seqs=2)
-    assert llm._runner.chaos is not None and llm._runner.chaos.seed == 3
+    assert llm._engine.runner.chaos is not None and llm._engine.runner.chaos.seed == 3
     assert [o.token_ids for o in llm.generate(prompts, params)] == [o.token_ids for o in sync]
