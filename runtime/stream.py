@@ -12,9 +12,10 @@ implementations share that one interface, so the mirror and the runner have one 
 * :class:`CudaStream` — a ``torch.cuda.Stream``: submitting a task launches its kernels on the
   stream, events are ``torch.cuda.Event``.
 
-An exception raised by a task is kept and re-raised at the next fence (:meth:`StreamEvent.synchronize`,
-:meth:`synchronize`), the way a device error surfaces at the next sync; later tasks are skipped until
-:meth:`reset`.
+An exception raised by a task is kept and re-raised by every later fence — an event recorded after
+that task (:meth:`StreamEvent.synchronize`) or :meth:`synchronize` — the way a device error surfaces
+at the next sync; later tasks are skipped until :meth:`reset`. An event recorded before the failed
+task does not raise it: step N's sync point never reports step N+1's fault.
 
 **Chaos.** ``Chaos(seed)`` (or ``TOKENSTATE_CHAOS=seed``, or ``LLM(chaos=seed)``) pauses the stream
 before its tasks and the host at the runner's hand-over points for seeded random times, so every
@@ -113,15 +114,25 @@ def chaos_from_env() -> Chaos | None:
 
 
 class _Faults:
-    """The first exception a stream's task raised; shared by the stream, its worker and events."""
+    """The first exception a stream's task raised, and that task's index in submission order.
 
-    __slots__ = ("error",)
+    Shared by the stream, its worker and its events: an event re-raises the exception only if the
+    failed task was submitted before the event was recorded.
+    """
+
+    __slots__ = ("error", "index")
 
     def __init__(self) -> None:
         self.error: BaseException | None = None
+        self.index = 0
 
-    def raise_if_failed(self) -> None:
-        if self.error is not None:
+    def fail(self, index: int, error: BaseException) -> None:
+        if self.error is None:
+            self.error, self.index = error, index
+
+    def raise_if_failed(self, before: int | None = None) -> None:
+        """Raise the kept exception (of a task submitted before ``before``, when given)."""
+        if self.error is not None and (before is None or self.index < before):
             raise self.error
 
 
@@ -158,15 +169,16 @@ class DeviceStream(Protocol):
 
 
 class _CpuEvent:
-    __slots__ = ("_done", "_faults")
+    __slots__ = ("_done", "_faults", "_index")
 
-    def __init__(self, faults: _Faults) -> None:
+    def __init__(self, faults: _Faults, index: int) -> None:
         self._done = threading.Event()
         self._faults = faults
+        self._index = index  # tasks submitted before this event
 
     def synchronize(self) -> None:
         self._done.wait()
-        self._faults.raise_if_failed()
+        self._faults.raise_if_failed(before=self._index)
 
     def wait(self) -> None:
         self._done.wait()
@@ -175,7 +187,7 @@ class _CpuEvent:
         return self._done.is_set()
 
 
-_Task = tuple[contextvars.Context, Callable[..., object], tuple[Any, ...]]
+_Task = tuple[int, contextvars.Context, Callable[..., object], tuple[Any, ...]]
 
 
 def _work(tasks: queue.SimpleQueue[_Task | _CpuEvent | None], faults: _Faults, chaos: Chaos | None) -> None:
@@ -194,11 +206,11 @@ def _work(tasks: queue.SimpleQueue[_Task | _CpuEvent | None], faults: _Faults, c
                     time.sleep(delay)
             if faults.error is not None:
                 continue  # a failed task poisons the stream until reset(), as a device error does
-            context, fn, args = item
+            index, context, fn, args = item
             try:
                 context.run(fn, *args)
             except BaseException as exc:  # kept and re-raised at the next fence
-                faults.error = exc
+                faults.fail(index, exc)
 
 
 # Live workers, stopped and joined at exit: a daemon thread torn down by interpreter shutdown
@@ -233,6 +245,7 @@ class CpuStream:
     def __init__(self, chaos: Chaos | None = None) -> None:
         self._tasks: queue.SimpleQueue[_Task | _CpuEvent | None] = queue.SimpleQueue()
         self._faults = _Faults()
+        self._submitted = 0
         worker = threading.Thread(
             target=_work, args=(self._tasks, self._faults, chaos), name="tokenstate-cpu-stream",
             daemon=True,
@@ -243,10 +256,11 @@ class CpuStream:
         weakref.finalize(self, _stop, key)  # stop the worker with its stream
 
     def submit(self, fn: Callable[..., object], *args: Any) -> None:
-        self._tasks.put((contextvars.copy_context(), fn, args))
+        self._tasks.put((self._submitted, contextvars.copy_context(), fn, args))
+        self._submitted += 1
 
     def record_event(self) -> _CpuEvent:
-        event = _CpuEvent(self._faults)
+        event = _CpuEvent(self._faults, self._submitted)
         self._tasks.put(event)
         return event
 
@@ -254,23 +268,22 @@ class CpuStream:
         self.record_event().synchronize()
 
     def reset(self) -> None:
-        event = _CpuEvent(self._faults)
-        self._tasks.put(event)
-        event._done.wait()
+        self.record_event().wait()
         self._faults.error = None
 
 
 class _CudaEvent:
-    __slots__ = ("_event", "_faults")
+    __slots__ = ("_event", "_faults", "_index")
 
-    def __init__(self, stream: torch.cuda.Stream, faults: _Faults) -> None:
+    def __init__(self, stream: torch.cuda.Stream, faults: _Faults, index: int) -> None:
         self._event = torch.cuda.Event()
         self._event.record(stream)
         self._faults = faults
+        self._index = index
 
     def synchronize(self) -> None:
         self._event.synchronize()
-        self._faults.raise_if_failed()
+        self._faults.raise_if_failed(before=self._index)
 
     def wait(self) -> None:
         self._event.synchronize()
@@ -289,10 +302,12 @@ class CudaStream:
         self.device = device
         self._stream = torch.cuda.Stream(device)
         self._faults = _Faults()
+        self._submitted = 0
         self._chaos = chaos
         self._cycles_per_s = 1.0e9  # a rough clock: chaos needs a spread of delays, not exact ones
 
     def submit(self, fn: Callable[..., object], *args: Any) -> None:
+        index, self._submitted = self._submitted, self._submitted + 1
         if self._faults.error is not None:
             return
         with torch.cuda.stream(self._stream), torch.inference_mode():
@@ -303,10 +318,10 @@ class CudaStream:
             try:
                 fn(*args)
             except BaseException as exc:  # re-raised at the next fence, as on the CPU
-                self._faults.error = exc
+                self._faults.fail(index, exc)
 
     def record_event(self) -> _CudaEvent:
-        return _CudaEvent(self._stream, self._faults)
+        return _CudaEvent(self._stream, self._faults, self._submitted)
 
     def synchronize(self) -> None:
         self._stream.synchronize()

@@ -64,6 +64,21 @@ def test_a_failed_task_raises_at_the_next_fence_and_skips_later_tasks_until_rese
     assert ran == [2]
 
 
+def test_an_event_recorded_before_a_failed_task_does_not_raise_its_error():
+    stream = CpuStream()
+    before = stream.record_event()
+
+    def fail() -> None:
+        raise ValueError("step N+1's fault")
+
+    stream.submit(fail)
+    after = stream.record_event()
+    with pytest.raises(ValueError):
+        after.synchronize()
+    before.synchronize()  # step N's sync point does not report step N+1's fault
+    stream.reset()
+
+
 def test_stream_for_picks_the_cpu_stream_and_refuses_other_devices():
     assert isinstance(stream_for(torch.device("cpu")), CpuStream)
     with pytest.raises(ConfigError, match="no stream for device meta"):
