@@ -15,11 +15,13 @@ from tokenstate.contracts.checker.frame import Event, Frame, Summary
 from tokenstate.contracts.checker.resolve import decorator_names
 from tokenstate.contracts.checker.values import (
     OPAQUE,
+    RETURNS_SELF,
     Bound,
     Cell,
     ClassInfo,
     ClassRef,
     External,
+    Flag,
     Func,
     GenCM,
     Ids,
@@ -48,22 +50,77 @@ _PLAIN_BUILTINS = frozenset(
     "len isinstance issubclass hasattr id print str repr bool int float callable hash format "
     "setattr delattr vars dir any all".split()
 )
-_SEQ_BUILTINS = frozenset("list tuple reversed sorted iter set frozenset".split())
+_SEQ_BUILTINS = frozenset("list tuple reversed sorted iter set frozenset filter".split())
+_COPIES = frozenset({"copy.deepcopy", "copy.copy"})
+SPREAD = "**"
+"""Keyword name of a ``**mapping`` argument whose keys are not known constants."""
+
+HIDDEN = "runs it out of the checker's sight"
+HOST_READ = "reads host ids (raises StaleHostTokensError on a step with spliced rows)"
+RAW_READ = "reads the raw host buffer (PLACEHOLDER at every spliced position)"
 
 
 def _kwarg(kwargs: tuple[tuple[str, Value], ...], names: tuple[str, ...]) -> Value | None:
-    return next((v for k, v in kwargs if k in names), None)
+    found = next((v for k, v in kwargs if k in names), None)
+    return found if found is not None else next((v for k, v in kwargs if k == SPREAD), None)
+
+
+def _is_code(value: Value) -> bool:
+    """Whether ``value`` is analysed code an external callee could run (a function, a module...)."""
+    if hasattr(value, "options"):
+        return any(_is_code(o) for o in value.options)  # type: ignore[attr-defined]
+    return isinstance(value, Func | Instance | Partial | ClassRef | GenCM)
 
 
 class CallMixin:
     def decorators(self: Analyzer, func: Func) -> set[str]:
         return decorator_names(func.info.node)
 
+    def opaque_wrapper(self: Analyzer, func: Func) -> str | None:
+        """The decorator (``torch.compile``, ``torch.jit.script``...) that hides ``func``'s body, if any.
+
+        Other decorators are assumed to return the function they wrap (``functools.wraps`` style).
+        """
+        node = func.info.node
+        if isinstance(node, ast.Lambda) or not node.decorator_list:
+            return None
+        if node in self._wrappers:
+            return self._wrappers[node]
+        found = None
+        frame = self.module_frame(self.sources.module(func.info.module))
+        for decorator in node.decorator_list:
+            target = decorator.func if isinstance(decorator, ast.Call) else decorator
+            value = self.eval(frame, target)
+            if isinstance(value, External) and self.canonical(value.dotted) in self.config.opaque_wrappers:
+                found = value.dotted
+                break
+        self._wrappers[node] = found
+        return found
+
+    def current(self: Analyzer, frame: Frame, inst: Instance) -> Instance:
+        """``inst`` with the attributes this frame's calls have assigned on its class since construction."""
+        writes = frame.obj_writes.get(inst.info)
+        if not writes:
+            return inst
+        fields = dict(inst.fields)
+        for name, value in writes.items():
+            fields[name] = join(fields.get(name), value)
+        return Instance(inst.info, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
+
     def sink(self: Analyzer, frame: Frame, desc: str, ids: Value, node: ast.AST) -> None:
         if has_ids(ids) or isinstance(taint(ids), Unknown) or any(
             isinstance(v, Unknown) for v in getattr(taint(ids), "options", ())
         ):
             frame.add_event(Event("sink", taint(ids), desc, (frame.hop(getattr(node, "lineno", 0)),)))
+
+    def host_read(self: Analyzer, frame: Frame, kind: str, what: str, node: ast.AST) -> Ids:
+        """Host ids read at ``node``: outside a freshness guard the read itself is a finding,
+        whatever the ids are then used for (only the embedding counting was the old blind spot)."""
+        ids = self.origin(frame, kind, what, node)
+        if kind != "host_fresh":
+            desc = RAW_READ if kind == "host_raw" else HOST_READ
+            frame.add_event(Event("sink", ids, desc, (frame.hop(getattr(node, "lineno", 0)),)))
+        return ids
 
     def unresolved(self: Analyzer, frame: Frame, callee: Unknown, node: ast.AST) -> None:
         frame.add_event(Event("unresolved", callee, "call", (frame.hop(getattr(node, "lineno", 0)),)))
@@ -77,7 +134,13 @@ class CallMixin:
                 args += value.items if isinstance(value, Seq) and value.items is not None else [element_of(value)]
             else:
                 args.append(value)
-        kwargs = tuple((kw.arg, self.eval(frame, kw.value)) for kw in node.keywords if kw.arg is not None)
+        kwargs = self.keywords(frame, node.keywords)
+        if func == External("builtins.isinstance") and len(node.args) == 2:
+            return self.flag_of(frame, node) or OPAQUE
+        if func == External("builtins.bool") and args and isinstance(args[0], Flag):
+            return args[0]
+        if isinstance(func, External) and func.dotted in ("importlib.import_module", "builtins.__import__"):
+            return self.import_module(frame, func.dotted, node)
         if func == External("builtins.getattr") and len(node.args) >= 2:
             name = node.args[1]
             if isinstance(name, ast.Constant) and isinstance(name.value, str):
@@ -94,17 +157,57 @@ class CallMixin:
             return Super(owner, receiver) if isinstance(owner, ClassInfo) else self.unknown(frame, "super() outside a method", node)
         return self.call(frame, func, tuple(args), kwargs, node)
 
+    def keywords(self: Analyzer, frame: Frame, keywords: list[ast.keyword]) -> tuple[tuple[str, Value], ...]:
+        """Keyword arguments; ``**mapping`` expands to its constant keys, else to :data:`SPREAD`."""
+        out: list[tuple[str, Value]] = []
+        for kw in keywords:
+            value = self.eval(frame, kw.value)
+            if kw.arg is not None:
+                out.append((kw.arg, value))
+            elif isinstance(value, MapV) and value.items is not None and all(isinstance(k, str) for k, _ in value.items):
+                out += [(str(k), v) for k, v in value.items]
+            else:
+                out.append((SPREAD, value.values if isinstance(value, MapV) else taint(value)))
+        return tuple(out)
+
+    def import_module(self: Analyzer, frame: Frame, dotted: str, node: ast.Call) -> Value:
+        """``importlib.import_module("pkg.mod")`` is the module; a computed name is unknown."""
+        name = node.args[0] if node.args else None
+        if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+            return self.unknown(frame, f"{dotted.rpartition('.')[2]}() with a module name computed at run time", node)
+        target = name.value
+        if target.startswith("."):
+            package = next((k.value for k in node.keywords if k.arg == "package"), None)
+            base = package.value if isinstance(package, ast.Constant) and isinstance(package.value, str) else None
+            if base is None:
+                return self.unknown(frame, f"relative import_module({target!r}) without a constant package", node)
+            level = len(target) - len(target.lstrip("."))
+            parts = base.split(".")[: len(base.split(".")) - (level - 1)]
+            target = ".".join([*parts, target.lstrip(".")]) if target.lstrip(".") else ".".join(parts)
+        if dotted == "builtins.__import__":
+            target = target.partition(".")[0]
+        if self.config.is_analysed(target) and not self.sources.is_module(target):
+            return self.unknown(frame, f"import_module({target!r}): no such module on the search path", node)
+        return self.module_value(target)
+
     def call(self: Analyzer, frame: Frame, func: Value, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
         if hasattr(func, "options"):
             return join(*(self.call(frame, o, args, kwargs, node) for o in func.options))  # type: ignore[attr-defined]
         if isinstance(func, Func):
+            wrapper = self.opaque_wrapper(func)
+            if wrapper is not None:
+                hidden = self.unknown(
+                    frame, f"{func.info.dotted} is wrapped by @{wrapper}, whose compiled or captured code the "
+                    "checker does not follow", node,
+                )
+                return self.call(frame, hidden, args, kwargs, node)
             if "contextmanager" in self.decorators(func):
                 return GenCM(func, args, kwargs)
             return self.invoke(frame, func, args, kwargs, node).ret
         if isinstance(func, ClassRef):
             return self.instantiate(frame, func.info, args, kwargs, node)
         if isinstance(func, Instance):
-            return self.call_instance(frame, func, args, kwargs, node)
+            return self.call_instance(frame, self.current(frame, func), args, kwargs, node)
         if isinstance(func, Partial):
             return self.call(frame, func.target, func.args + args, func.kwargs + kwargs, node)
         if isinstance(func, Seq) and func.pipeline:
@@ -172,6 +275,9 @@ class CallMixin:
                 return Seq(None, element_of(first)) if args else Seq((), OPAQUE)
             if name == "next":
                 return element_of(first)
+            if name == "map" and args:
+                results = self.call(frame, first, tuple(element_of(a) for a in args[1:]), (), node)
+                return Seq(None, results)
             if name == "dict":
                 return MapV(join(first.values if isinstance(first, MapV) else OPAQUE, *(v for _, v in kwargs)))
         if name in ("ModuleList", "ParameterList"):
@@ -179,8 +285,23 @@ class CallMixin:
         if name == "Sequential":
             return Seq(args, join(*args), pipeline=True)
         if name in ("ModuleDict", "ParameterDict", "OrderedDict"):
-            return MapV(first.values if isinstance(first, MapV) else OPAQUE)
+            return MapV(first.values, first.items) if isinstance(first, MapV) else MapV(OPAQUE)
+        if dotted in _COPIES and args:
+            return first
+        code = [v for v in (*args, *(v for _, v in kwargs)) if _is_code(v)]
+        if code:
+            # torch.compile(model), checkpoint(layer, ids), vmap(f)...: the callee runs our code
+            # where the analysis cannot follow it; its result and any ids handed over are unknown
+            hidden = self.unknown(
+                frame, f"analysed code is handed to {dotted}, which {HIDDEN} "
+                "(torch.compile, checkpoint and other wrappers)", node,
+            )
+            if any(carries_tokens(v) for v in (*args, *(v for _, v in kwargs))) or frame.published:
+                self.unresolved(frame, hidden, node)
+            return hidden
         if dotted.endswith("DeviceTokens.from_host"):
+            if first == Tokens("host"):  # the upload reads host.ids, which raises on a stale step
+                self.host_read(frame, "host_fresh" if frame.fresh else "host", "DeviceTokens.from_host(inp.host_tokens)", node)
             return Tokens("host")  # an upload of host ids: only as fresh as the host ids themselves
         if any(isinstance(v, Input | Tokens) for v in (*args, *(v for _, v in kwargs))) and not self.config.is_modeled(dotted):
             self.unresolved(frame, self.unknown(frame, f"passes the forward input to {dotted}, outside the analysed modules", node), node)
@@ -193,9 +314,11 @@ class CallMixin:
         if isinstance(base, Input) and name == "embedding_ids":
             return self.origin(frame, "device", "inp.embedding_ids()", node)
         if base == Tokens("host") and name == "row_ids":
-            return self.origin(frame, "host_fresh" if frame.fresh else "host", "inp.host_tokens.row_ids()", node)
+            return self.host_read(frame, "host_fresh" if frame.fresh else "host", "inp.host_tokens.row_ids()", node)
         if base == Tokens("host") and name == "placeholder_buffer":
-            return self.origin(frame, "host_raw", "inp.host_tokens.placeholder_buffer()", node)
+            return self.host_read(frame, "host_raw", "inp.host_tokens.placeholder_buffer()", node)
+        if isinstance(base, Instance) and name in RETURNS_SELF:
+            return base
         if isinstance(base, Cell):
             if name in ("set", "append", "insert") and args:
                 frame.write_cell(base.name, args[-1])
@@ -204,7 +327,13 @@ class CallMixin:
                 return self.read_cell(frame, base.name, node)
             return OPAQUE
         if isinstance(base, MapV):
-            return base.values if name in ("get", "pop", "setdefault") else Seq(None, base.values)
+            if name in ("get", "pop", "setdefault"):
+                key = node.args[0] if isinstance(node, ast.Call) and node.args else None
+                found = base.lookup(key.value) if isinstance(key, ast.Constant) else base.values
+                return join(found, *args[1:]) if len(args) > 1 else found
+            if name == "items":
+                return Seq(None, Seq((OPAQUE, base.values), base.values))
+            return Seq(None, base.values)
         if isinstance(base, Seq):
             return element_of(base) if name == "pop" else OPAQUE
         gather = dict(self.config.gather_methods).get(name)
@@ -237,9 +366,14 @@ class CallMixin:
             frame.add_event(Event(event.kind, event.ids, event.sink, (call_hop, *event.hops)))
         for cell, value in (summary.yield_writes or ()) if enter else summary.writes:
             frame.write_cell(cell, value)
-        if func.bound is not None and func.bound == frame.self_value:
+        for info, writes in summary.obj_writes:
+            frame.record_writes(info, writes)
+        if func.bound is not None and (func.bound == frame.self_value or func.bound in frame.self_aliases):
             for name, value in summary.self_writes:
                 frame.self_writes[name] = join(frame.self_writes.get(name), value)
+        elif isinstance(func.bound, Instance) and not func.info.qualname.endswith(".__init__"):
+            # `model.prepare(inp)` then `model.run()`: what prepare assigned on self is seen by run
+            frame.record_writes(func.bound.info, summary.self_writes)
         return summary
 
     def instantiate(self: Analyzer, frame: Frame, cls: ClassInfo, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
