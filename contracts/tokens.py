@@ -16,7 +16,6 @@ from typing import Final, final
 import numpy as np
 import torch
 
-from tokenstate.contracts.checks import get_checks_mode
 from tokenstate.contracts.errors import ContractViolation, StaleHostTokensError
 
 __all__ = ["PLACEHOLDER", "TOKEN_ID_DTYPES", "DeviceTokens", "HostTokens"]
@@ -107,14 +106,19 @@ class HostTokens:
         self._query_start_loc = qsl  # num_rows + 1 ints
         self._slots = slots.tolist()  # num_rows ints
         # numpy's flatnonzero: a few µs where torch's CPU nonzero costs ~20 (once per step).
-        self._stale_positions: list[int] = np.flatnonzero(stale.numpy()).tolist()
-        if get_checks_mode() == "full":
-            fresh_ids = ids[~stale]
-            if fresh_ids.numel() and int(fresh_ids.min()) < 0:
-                raise ContractViolation(
-                    "HostTokens: a position not marked stale holds a negative id (PLACEHOLDER is -1); "
-                    "the stale mask must come from stale_position_mask()."
-                )
+        stale_np = stale.numpy()
+        self._stale_positions: list[int] = np.flatnonzero(stale_np).tolist()
+        # Host ids are on the CPU, so this costs no device sync: checked in every mode, because a
+        # fresh position holding a placeholder is exactly what the type state exists to rule out.
+        negative = np.flatnonzero((ids.numpy() < 0) & ~stale_np)  # [num_bad] positions
+        if negative.size:
+            shown = negative[:8].tolist()
+            raise ContractViolation(
+                f"HostTokens: positions {shown} are not marked stale but hold negative ids (PLACEHOLDER "
+                f"is {PLACEHOLDER}); a fresh position must hold a real token id. Mark spliced positions "
+                "with stale_position_mask(), or use HostTokens(...) instead of HostTokens.fresh(...) "
+                "when some rows are spliced."
+            )
 
     @classmethod
     def fresh(cls, ids: torch.Tensor, query_start_loc: torch.Tensor, slots: torch.Tensor) -> HostTokens:
@@ -216,13 +220,19 @@ class DeviceTokens:
             raise ContractViolation(f"DeviceTokens: vocab_size must be a positive int, got {vocab_size!r}.")
         if not ids.is_contiguous():
             raise ContractViolation("DeviceTokens: ids must be contiguous.")
-        if get_checks_mode() == "full" and ids.device.type == "cpu" and ids.numel():
-            # Only on the CPU: a min/max on a CUDA tensor is a device sync, which the async path
-            # exists to avoid (the guarded embedding checks there instead).
-            lo, hi = int(ids.min()), int(ids.max())
+        if ids.device.type == "cpu" and ids.numel():
+            # Holding DeviceTokens is the proof that no placeholder is inside. On the CPU that costs
+            # a numpy min/max (no sync), so it is checked in every mode; on a CUDA device a min/max
+            # is a device sync, which the async path exists to avoid — there the guarded embedding
+            # is the check.
+            values = ids.numpy()
+            lo, hi = int(values.min()), int(values.max())
             if lo < 0 or hi >= vocab_size:
+                bad = np.flatnonzero((values < 0) | (values >= vocab_size))[:8].tolist()
                 raise ContractViolation(
-                    f"DeviceTokens: ids must lie in [0, {vocab_size}), got min {lo}, max {hi}."
+                    f"DeviceTokens: ids must lie in [0, {vocab_size}), got min {lo}, max {hi} (positions "
+                    f"{bad}); a PLACEHOLDER ({PLACEHOLDER}) here means the combine step did not splice "
+                    "every stale position. Fix the combine step (or the vocab_size passed to it)."
                 )
         self._ids = ids  # [num_tokens]
         self._vocab_size = vocab_size

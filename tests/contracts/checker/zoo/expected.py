@@ -84,9 +84,9 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.self_state", "staged_by_assignment_host"): ("ignores", "self attribute across methods"),
     ("czoo.opaque", "wrapping_decorator"): ("honors", "decorators and compiled code"),
     ("czoo.opaque", "wrapping_decorator_host"): ("ignores", "decorators and compiled code"),
-    ("czoo.opaque", "compiled_function"): ("unknown", "decorators and compiled code"),
-    ("czoo.opaque", "compiled_module"): ("unknown", "decorators and compiled code"),
-    ("czoo.opaque", "checkpointed_embedding"): ("unknown", "decorators and compiled code"),
+    ("czoo.compiled", "compiled_function"): ("unknown", "decorators and compiled code"),
+    ("czoo.compiled", "compiled_module"): ("unknown", "decorators and compiled code"),
+    ("czoo.compiled", "checkpointed_embedding"): ("unknown", "decorators and compiled code"),
 }
 
 # The forwards whose model class comes from their factory's build function.

@@ -29,7 +29,7 @@ class Scaled(nn.Module):
 class TableLM(ServableLM):
     def __init__(self, config: dict | None = None) -> None:
         super().__init__(config)
-        self.sources = nn.ModuleDict({"same": Scaled(1.0), "double": Scaled(2.0)})
+        self.sources = nn.ModuleDict({"plain": Scaled(1.0), "scaled": Scaled(2.0)})
 
 
 @entry_point
@@ -50,4 +50,4 @@ def dict_get_dispatch(model: ServableLM, inp: ForwardInput) -> Tensor:
 
 @entry_point
 def module_dict_dispatch(model: TableLM, inp: ForwardInput) -> Tensor:
-    return model.logits(model.sources["same"](model.embed(inp.embedding_ids())), inp)
+    return model.logits(model.sources["plain"](model.embed(inp.embedding_ids())), inp)
