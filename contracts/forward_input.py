@@ -152,6 +152,21 @@ class BatchLayout:
         return self.slots.long().index_select(0, self.logit_rows)
 
 
+def _check_logits_in_step(logits_indices: torch.Tensor, num_tokens: int) -> None:
+    """The execution-device copy of ``logits_indices`` must point inside the step too. On the CPU
+    that costs no sync; on a CUDA device only its shape is checked (``layout``'s host copy is
+    validated by :class:`BatchLayout`)."""
+    if logits_indices.device.type != "cpu" or not logits_indices.numel():
+        return
+    values = logits_indices.numpy()  # [num_logits]
+    if int(values.min()) < 0 or int(values.max()) >= num_tokens:
+        raise ContractViolation(
+            f"ForwardInput.logits_indices must lie in [0, num_tokens={num_tokens}), got "
+            f"{values[:8].tolist()}{' ...' if values.size > 8 else ''}; pass the same values as "
+            "layout.logits_indices."
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class ForwardInput:
     """Everything a registered forward receives for one step.
@@ -203,16 +218,7 @@ class ForwardInput:
         self._check_tensor("positions", self.positions, (n,), device)
         self._check_tensor("logits_indices", self.logits_indices, (self.layout.num_logits,), device)
         self._check_tensor("slots", self.slots, (self.layout.num_rows,), device)
-        if self.logits_indices.device.type == "cpu" and self.layout.num_logits:
-            # The device copy must point inside the step too; on the CPU that costs no sync (on a
-            # CUDA device only its shape is checked, the host copy in ``layout`` is validated).
-            values = self.logits_indices.numpy()
-            if int(values.min()) < 0 or int(values.max()) >= n:
-                raise ContractViolation(
-                    f"ForwardInput.logits_indices must lie in [0, num_tokens={n}), got "
-                    f"{values[:8].tolist()}{' ...' if values.size > 8 else ''}; pass the same values "
-                    "as layout.logits_indices."
-                )
+        _check_logits_in_step(self.logits_indices, n)
         if self.device_tokens is not None:
             if self.device_tokens.num_tokens != n or self.device_tokens.device != device:
                 raise ContractViolation(

@@ -47,6 +47,43 @@ def _require_ids(name: str, ids: object, device: torch.device | None = None) -> 
     return ids
 
 
+def _check_fresh_positions(ids: torch.Tensor, stale: np.ndarray) -> None:
+    """Refuse a negative id (a placeholder) at a position the stale mask calls fresh.
+
+    Host ids are on the CPU, so this costs no device sync and is checked in every checks mode: a
+    fresh position holding a placeholder is exactly what the type state exists to rule out.
+    """
+    negative = np.flatnonzero((ids.numpy() < 0) & ~stale)  # [num_bad] positions
+    if negative.size:
+        raise ContractViolation(
+            f"HostTokens: positions {negative[:8].tolist()} are not marked stale but hold negative ids "
+            f"(PLACEHOLDER is {PLACEHOLDER}); a fresh position must hold a real token id. Mark spliced "
+            "positions with stale_position_mask(), or use HostTokens(...) instead of "
+            "HostTokens.fresh(...) when some rows are spliced."
+        )
+
+
+def _check_in_vocabulary(ids: torch.Tensor, vocab_size: int) -> None:
+    """Refuse device ids outside ``[0, vocab_size)`` wherever that costs no device sync.
+
+    Holding :class:`DeviceTokens` is the proof that no placeholder is inside. On the CPU that costs
+    a numpy min/max, so it is checked in every checks mode; on a CUDA device a min/max is a device
+    sync — the very thing the async path exists to avoid — so there the guarded embedding is the
+    check.
+    """
+    if ids.device.type != "cpu" or not ids.numel():
+        return
+    values = ids.numpy()  # [num_tokens], shares memory
+    lo, hi = int(values.min()), int(values.max())
+    if lo < 0 or hi >= vocab_size:
+        bad = np.flatnonzero((values < 0) | (values >= vocab_size))[:8].tolist()
+        raise ContractViolation(
+            f"DeviceTokens: ids must lie in [0, {vocab_size}), got min {lo}, max {hi} (positions "
+            f"{bad}); a PLACEHOLDER ({PLACEHOLDER}) here means the combine step did not splice "
+            "every stale position. Fix the combine step (or the vocab_size passed to it)."
+        )
+
+
 def _rows_of(positions: list[int], query_start_loc: list[int]) -> list[int]:
     rows: list[int] = []
     row = 0
@@ -108,17 +145,7 @@ class HostTokens:
         # numpy's flatnonzero: a few µs where torch's CPU nonzero costs ~20 (once per step).
         stale_np = stale.numpy()
         self._stale_positions: list[int] = np.flatnonzero(stale_np).tolist()
-        # Host ids are on the CPU, so this costs no device sync: checked in every mode, because a
-        # fresh position holding a placeholder is exactly what the type state exists to rule out.
-        negative = np.flatnonzero((ids.numpy() < 0) & ~stale_np)  # [num_bad] positions
-        if negative.size:
-            shown = negative[:8].tolist()
-            raise ContractViolation(
-                f"HostTokens: positions {shown} are not marked stale but hold negative ids (PLACEHOLDER "
-                f"is {PLACEHOLDER}); a fresh position must hold a real token id. Mark spliced positions "
-                "with stale_position_mask(), or use HostTokens(...) instead of HostTokens.fresh(...) "
-                "when some rows are spliced."
-            )
+        _check_fresh_positions(ids, stale_np)
 
     @classmethod
     def fresh(cls, ids: torch.Tensor, query_start_loc: torch.Tensor, slots: torch.Tensor) -> HostTokens:
@@ -220,20 +247,7 @@ class DeviceTokens:
             raise ContractViolation(f"DeviceTokens: vocab_size must be a positive int, got {vocab_size!r}.")
         if not ids.is_contiguous():
             raise ContractViolation("DeviceTokens: ids must be contiguous.")
-        if ids.device.type == "cpu" and ids.numel():
-            # Holding DeviceTokens is the proof that no placeholder is inside. On the CPU that costs
-            # a numpy min/max (no sync), so it is checked in every mode; on a CUDA device a min/max
-            # is a device sync, which the async path exists to avoid — there the guarded embedding
-            # is the check.
-            values = ids.numpy()
-            lo, hi = int(values.min()), int(values.max())
-            if lo < 0 or hi >= vocab_size:
-                bad = np.flatnonzero((values < 0) | (values >= vocab_size))[:8].tolist()
-                raise ContractViolation(
-                    f"DeviceTokens: ids must lie in [0, {vocab_size}), got min {lo}, max {hi} (positions "
-                    f"{bad}); a PLACEHOLDER ({PLACEHOLDER}) here means the combine step did not splice "
-                    "every stale position. Fix the combine step (or the vocab_size passed to it)."
-                )
+        _check_in_vocabulary(ids, vocab_size)
         self._ids = ids  # [num_tokens]
         self._vocab_size = vocab_size
 
