@@ -159,7 +159,8 @@ def _check_logits_in_step(logits_indices: torch.Tensor, num_tokens: int) -> None
     if logits_indices.device.type != "cpu" or not logits_indices.numel():
         return
     values = logits_indices.numpy()  # [num_logits]
-    if int(values.min()) < 0 or int(values.max()) >= num_tokens:
+    # Viewed as unsigned, a negative index is huge: one reduction checks both ends.
+    if int(values.view(np.uint32 if values.dtype == np.int32 else np.uint64).max()) >= num_tokens:
         raise ContractViolation(
             f"ForwardInput.logits_indices must lie in [0, num_tokens={num_tokens}), got "
             f"{values[:8].tolist()}{' ...' if values.size > 8 else ''}; pass the same values as "

@@ -27,6 +27,7 @@ embedding refuses it instead of reading a real (wrong) row."""
 TOKEN_ID_DTYPES: Final[tuple[torch.dtype, ...]] = (torch.int32, torch.int64)
 
 _CPU: Final = torch.device("cpu")
+_UNSIGNED: Final = {4: np.uint32, 8: np.uint64}  # itemsize of int32 / int64 -> same-width unsigned
 
 _STALE_FIX = (
     "Fix: read `inp.device_tokens.ids` (or `inp.embedding_ids()`) in the forward and register the "
@@ -53,8 +54,9 @@ def _check_fresh_positions(ids: torch.Tensor, stale: np.ndarray) -> None:
     Host ids are on the CPU, so this costs no device sync and is checked in every checks mode: a
     fresh position holding a placeholder is exactly what the type state exists to rule out.
     """
-    negative = np.flatnonzero((ids.numpy() < 0) & ~stale)  # [num_bad] positions
-    if negative.size:
+    values = ids.numpy()  # [num_tokens], shares memory
+    if values.size and np.greater(values < 0, stale).any():  # negative and not stale
+        negative = np.flatnonzero((values < 0) & ~stale)  # [num_bad] positions
         raise ContractViolation(
             f"HostTokens: positions {negative[:8].tolist()} are not marked stale but hold negative ids "
             f"(PLACEHOLDER is {PLACEHOLDER}); a fresh position must hold a real token id. Mark spliced "
@@ -67,15 +69,16 @@ def _check_in_vocabulary(ids: torch.Tensor, vocab_size: int) -> None:
     """Refuse device ids outside ``[0, vocab_size)`` wherever that costs no device sync.
 
     Holding :class:`DeviceTokens` is the proof that no placeholder is inside. On the CPU that costs
-    a numpy min/max, so it is checked in every checks mode; on a CUDA device a min/max is a device
+    one numpy reduction, so it is checked in every checks mode; on a CUDA device a reduction is a device
     sync — the very thing the async path exists to avoid — so there the guarded embedding is the
     check.
     """
     if ids.device.type != "cpu" or not ids.numel():
         return
     values = ids.numpy()  # [num_tokens], shares memory
-    lo, hi = int(values.min()), int(values.max())
-    if lo < 0 or hi >= vocab_size:
+    # One reduction: viewed as unsigned, a negative id is huge, so `max >= vocab` catches both ends.
+    if int(values.view(_UNSIGNED[values.dtype.itemsize]).max()) >= vocab_size:
+        lo, hi = int(values.min()), int(values.max())
         bad = np.flatnonzero((values < 0) | (values >= vocab_size))[:8].tolist()
         raise ContractViolation(
             f"DeviceTokens: ids must lie in [0, {vocab_size}), got min {lo}, max {hi} (positions "

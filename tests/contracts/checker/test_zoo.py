@@ -84,3 +84,15 @@ def test_json_report_is_stable_and_complete(zoo) -> None:
     assert set(row) == {"entry", "function", "file", "line", "declared", "verdict", "finding", "routes"}
     assert row["verdict"] == "ignores" and row["finding"]
     assert row["routes"][0]["chain"][-1] == {"function": "czoo.helpers.embed_ids", "file": "czoo/helpers.py", "line": sink_line}
+
+
+def test_every_zoo_verdict_is_justified_in_the_concepts_page(zoo) -> None:
+    page = zoo.root.parents[3] / "docs" / "concepts" / "checker-verdicts.md"
+    rows = {}
+    for line in page.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`czoo."):
+            rows[cells[0].strip("`")] = (cells[1], cells[2])
+    assert set(rows) == set(zoo.expected)
+    for entry, (verdict, _) in zoo.expected.items():
+        assert rows[entry][0] == verdict.value and len(rows[entry][1]) > 10, entry
