@@ -219,6 +219,8 @@ class ExprMixin:
                 return self.host_read(frame, "host" if not frame.fresh else "host_fresh", "inp.host_tokens.ids", node)
             if name in ("row_ids", "placeholder_buffer", "has_stale"):
                 return Bound(base, name)
+            if name == "_ids" and base.kind == "host":  # the private buffer: the raw read, bypassed
+                return self.host_read(frame, "host_raw", "inp.host_tokens._ids", node)
             return OPAQUE
         if isinstance(base, Ids | Bound | Opaque):
             # a tensor method or attribute: ids flow through it unless it is metadata

@@ -19,9 +19,11 @@ from tokenstate.contracts.checker.values import (
     External,
     Func,
     FuncInfo,
+    MapV,
     ModuleRef,
     Unknown,
     Value,
+    join,
 )
 
 if TYPE_CHECKING:
@@ -118,7 +120,12 @@ class ResolverMixin:
             factory = self.eval(self.module_frame(info), expr.func)
             if isinstance(factory, External) and factory.dotted in _CELL_FACTORIES:
                 return Cell(cell, _CELL_FACTORIES[factory.dotted])
-        return self.eval(self.module_frame(info), expr)
+        value = self.eval(self.module_frame(info), expr)
+        if name in info.filled and isinstance(value, MapV):
+            # entries added at run time (a registry filled by decorators...) are not in the literal
+            added = Unknown(f"{cell} is filled at run time ({name}[key] = ...)", self.config.display(info.file), 0)
+            return MapV(join(value.values, added), None)
+        return value
 
     def canonical(self: Analyzer, dotted: str) -> str:
         """Follow re-exports (``from .x import f`` in a package ``__init__``) to where ``dotted`` is defined.

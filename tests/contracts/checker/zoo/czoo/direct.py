@@ -80,3 +80,8 @@ def index_gather_host(model: IndexEmbedder, inp: ForwardInput) -> Tensor:
 @entry_point
 def functional_host(model: FunctionalEmbedder, inp: ForwardInput) -> Tensor:
     return model(inp.host_tokens.ids)
+
+
+@entry_point
+def private_host_buffer(model: TinyLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(inp.host_tokens._ids), inp.logits_indices)

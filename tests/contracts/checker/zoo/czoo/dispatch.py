@@ -51,3 +51,12 @@ def dict_get_dispatch(model: ServableLM, inp: ForwardInput) -> Tensor:
 @entry_point
 def module_dict_dispatch(model: TableLM, inp: ForwardInput) -> Tensor:
     return model.logits(model.sources["plain"](model.embed(inp.embedding_ids())), inp)
+
+
+TOKEN_READERS = {"dense": device_ids}
+TOKEN_READERS["dense"] = host_ids  # filled at run time: the literal no longer tells what runs
+
+
+@entry_point
+def dict_filled_at_run_time(model: ServableLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(TOKEN_READERS["dense"](inp)), inp)
