@@ -96,3 +96,21 @@ def test_every_zoo_verdict_is_justified_in_the_concepts_page(zoo) -> None:
     assert set(rows) == set(zoo.expected)
     for entry, (verdict, _) in zoo.expected.items():
         assert rows[entry][0] == verdict.value and len(rows[entry][1]) > 10, entry
+
+
+def test_a_non_embedding_host_read_is_reported_where_it_happens(zoo, zoo_report: CheckReport) -> None:
+    result = zoo_report.by_entry()["czoo.host_reads.penalty_from_host_rows"]
+    (route,) = [r for r in result.routes if r.kind == "ignores" and r.sink.startswith("reads host ids")]
+    line = line_of(zoo, "czoo/host_reads.py", "inp.host_tokens.row_ids(r.row)")
+    assert "raises StaleHostTokensError" in route.sink
+    assert route.source == f"inp.host_tokens.row_ids() (czoo/host_reads.py:{line})"
+    assert [h.line for h in route.hops] == [line]
+    assert "take metadata from the forward input" in (result.finding or "")
+
+
+def test_unknown_routes_name_the_code_out_of_sight(zoo_report: CheckReport) -> None:
+    by_entry = zoo_report.by_entry()
+    assert "wrapped by @torch.compile" in by_entry["czoo.compiled.compiled_function"].routes[0].source
+    assert "handed to torch.utils.checkpoint.checkpoint" in by_entry["czoo.compiled.checkpointed_embedding"].routes[0].source
+    assert "module name computed at run time" in by_entry["czoo.imports.import_module_computed"].routes[0].source
+    assert "filled at run time" in by_entry["czoo.dispatch.dict_filled_at_run_time"].routes[0].source

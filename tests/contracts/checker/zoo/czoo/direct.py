@@ -85,3 +85,15 @@ def functional_host(model: FunctionalEmbedder, inp: ForwardInput) -> Tensor:
 @entry_point
 def private_host_buffer(model: TinyLM, inp: ForwardInput) -> Tensor:
     return model.logits(model.embed(inp.host_tokens._ids), inp.logits_indices)
+
+
+def maybe_has_device_ids(inp: ForwardInput) -> bool:
+    if inp.num_rows > 4096:
+        return False  # on this path the answer says nothing about device ids
+    return inp.device_tokens is not None
+
+
+@entry_point
+def helper_that_is_no_guard(model: TinyLM, inp: ForwardInput) -> Tensor:
+    ids = inp.device_tokens.ids if maybe_has_device_ids(inp) else inp.host_tokens.ids
+    return model.logits(model.embed(ids), inp.logits_indices)

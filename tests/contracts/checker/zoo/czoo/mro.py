@@ -4,9 +4,9 @@ Depth-first resolution of `Diamond(Left, Right)` visits `Base` before `Right`; C
 first. Each pair below is built so that depth-first gets the verdict wrong in one direction.
 """
 
-from torch import Tensor
+from torch import Tensor, nn
 
-from czoo.servable import ServableLM
+from czoo.servable import HIDDEN, VOCAB, ServableLM
 from tokenstate.contracts import ForwardInput, entry_point
 
 
@@ -54,3 +54,31 @@ def diamond_correct(model: CorrectDiamond, inp: ForwardInput) -> Tensor:
 @entry_point
 def diamond_wrong(model: WrongDiamond, inp: ForwardInput) -> Tensor:
     return model.logits(model.embed(model.token_ids(inp)), inp)
+
+
+class DoubledMixin(nn.Module):
+    """A mixin that runs before the real embedding in the MRO: its super() is nn.Embedding."""
+
+    def forward(self, input_ids: Tensor) -> Tensor:
+        return super().forward(input_ids) * 2.0
+
+
+class DoubledEmbedding(DoubledMixin, nn.Embedding):
+    """C3: DoubledEmbedding, DoubledMixin, nn.Embedding, nn.Module (depth-first: nn.Module first)."""
+
+
+class MixinEmbeddingLM(ServableLM):
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.embed_tokens = DoubledEmbedding(VOCAB, HIDDEN)
+        self.embed_tokens.weight = self.weight  # seeded: sync and async engines build the same model
+
+
+@entry_point
+def mixin_embedding_device(model: MixinEmbeddingLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed_tokens(inp.embedding_ids().long()), inp)
+
+
+@entry_point
+def mixin_embedding_host(model: MixinEmbeddingLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed_tokens(inp.host_tokens.ids.long()), inp)
