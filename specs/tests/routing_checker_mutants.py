@@ -200,3 +200,15 @@ def fresh_positions_checked_in_full_mode_only(patch: MutantPatch) -> None:
 )
 def device_logits_indices_shape_only(patch: MutantPatch) -> None:
     patch.setattr(forward_input_module, "_check_logits_in_step", lambda logits_indices, num_tokens: None)
+
+
+@mutant(
+    "RCK-15/host-reads-taken-as-fresh",
+    doc="Every host-id read is taken as fresh (as if behind `inp.device_tokens is None`), so the "
+    "checker passes forwards that break on the first spliced step.",
+)
+def host_reads_taken_as_fresh(patch: MutantPatch) -> None:
+    def host_read(self, frame, kind, what, node):  # type: ignore[no-untyped-def]
+        return self.origin(frame, "host_fresh", what, node)
+
+    patch.setattr(Analyzer, "host_read", host_read)

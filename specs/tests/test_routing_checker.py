@@ -25,7 +25,7 @@ from tokenstate.contracts import (
     HostTokens,
     checks_mode,
 )
-from tokenstate.contracts.checker import CheckerConfig, EntryTarget, check_entry_points
+from tokenstate.contracts.checker import CheckerConfig, EntryTarget, Verdict, check_entry_points
 
 from .routing_checker_mutants import (
     annotation_over_build,
@@ -36,6 +36,7 @@ from .routing_checker_mutants import (
     device_logits_indices_shape_only,
     dict_lookup_joins_every_value,
     fresh_positions_checked_in_full_mode_only,
+    host_reads_taken_as_fresh,
     import_module_is_data,
     inherited_embedding_forward_is_opaque,
     kwargs_spread_dropped,
@@ -43,6 +44,7 @@ from .routing_checker_mutants import (
     only_is_none_guards,
     to_device_loses_the_class,
 )
+from .routing_checker_runtime import run_async, watch_placeholder_reads, zoo_on_path
 
 ZOO_ROOT = Path(__file__).resolve().parents[2] / "tests" / "contracts" / "checker" / "zoo"
 
@@ -74,14 +76,24 @@ def assert_zoo(pattern: str, kinds: set[str]) -> None:
     assert wrong == {}, f"{pattern}: (expected, got) {wrong}"
 
 
-@pytest.mark.owed("RCK-15")
-def test_every_zoo_case_runs_under_the_async_runner():
+@pytest.mark.paid("RCK-15", before=host_reads_taken_as_fresh)
+def test_static_verdict_and_async_runtime_agree_on_every_zoo_case():
     zoo = _zoo()
-    not_runnable = sorted(
-        f"{m}.{f}" for (m, f), (verdict, _) in zoo.EXPECTED.items()
-        if m not in zoo.RUNNABLE_MODULES and verdict != "unknown" and m != "czoo.compiled"
-    )
-    assert not_runnable == [], f"{len(not_runnable)} zoo cases are checked statically only: {not_runnable}"
+    cases = [(m, f) for (m, f), (verdict, _) in zoo.EXPECTED.items() if verdict != "unknown"]
+    targets = [EntryTarget(f"{m}.{f}", m, f, True, *zoo.BUILD_FUNCTIONS.get((m, f), (None, None))) for m, f in cases]
+    report = check_entry_points(targets, CheckerConfig(search_paths=(ZOO_ROOT,), display_root=ZOO_ROOT))
+    disagreements = {}
+    with zoo_on_path(), watch_placeholder_reads():
+        for result in report.results:
+            if result.verdict is Verdict.UNKNOWN:  # never passed: nothing to agree with
+                continue
+            module, _, forward = result.entry.rpartition(".")
+            outcome = run_async(module, forward, zoo.BUILD_FUNCTIONS.get((module, forward)))
+            wanted = "fails" if result.verdict is Verdict.IGNORES else "agrees-pass"
+            if outcome != wanted:
+                disagreements[result.entry] = (result.verdict.value, outcome)
+    assert len(cases) >= 75 and {v for v, _ in zoo.EXPECTED.values()} >= {"honors", "ignores", "inert"}
+    assert disagreements == {}, disagreements
 
 
 @pytest.mark.paid("RCK-1", before=only_embedding_sinks_count)

@@ -1,6 +1,8 @@
 """The zoo's entry points and their expected verdicts — plain data, read by the tests and the benchmark.
 
 Keys are (module, forward); values are (expected verdict, the routing pattern the case exercises).
+Every case that is not ``unknown`` also runs through the async engine, declared honouring, in
+specs/tests/test_routing_checker.py (RCK-15): the runtime must agree with the verdict.
 """
 
 EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
@@ -50,7 +52,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.dynamic", "getattr_dispatch"): ("unknown", "dynamic dispatch"),
     ("czoo.dynamic", "unannotated_model"): ("unknown", "dynamic dispatch"),
     ("czoo.dynamic", "callable_parameter"): ("unknown", "dynamic dispatch"),
-    # issue 13: the idioms real engines are written in (each case also runs: see RUNNABLE)
+    # issue 13: the idioms real engines are written in
     ("czoo.host_reads", "penalty_from_host_rows"): ("ignores", "non-embedding host read"),
     ("czoo.host_reads", "bias_from_placeholder_buffer"): ("ignores", "non-embedding host read"),
     ("czoo.host_reads", "stats_len_of_host_ids"): ("ignores", "non-embedding host read"),
@@ -102,10 +104,3 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.builds", "annotated_base_host_subclass"): ("czoo.builds", "build_host_override"),
     ("czoo.builds", "annotated_base_device_subclass"): ("czoo.builds", "build_device_override"),
 }
-
-# Modules whose forwards also run under the async runner (tests/contracts/checker/test_runtime_agrees.py):
-# every forward there builds with BUILD_FUNCTIONS' build, else with czoo.servable.build_servable.
-RUNNABLE_MODULES: tuple[str, ...] = (
-    "czoo.host_reads", "czoo.freshness", "czoo.mro", "czoo.builds", "czoo.dispatch", "czoo.hf_style",
-    "czoo.imports", "czoo.self_state", "czoo.opaque",
-)
