@@ -288,6 +288,8 @@ class CallMixin:
             return MapV(first.values, first.items) if isinstance(first, MapV) else MapV(OPAQUE)
         if dotted in _COPIES and args:
             return first
+        if dotted == "typing.cast" and len(args) == 2:
+            return args[1]
         code = [v for v in (*args, *(v for _, v in kwargs)) if _is_code(v)]
         if code:
             # torch.compile(model), checkpoint(layer, ids), vmap(f)...: the callee runs our code
