@@ -45,7 +45,8 @@ __all__ = [
     "taint",
 ]
 
-# Reading these off a token-id tensor gives metadata, not ids.
+# Reading these off a token-id tensor gives metadata, not ids (for host ids, the `.ids` read that
+# produced the tensor is already a finding: it raises on a step with spliced rows).
 METADATA_ATTRS = frozenset(
     {"shape", "dtype", "device", "size", "numel", "dim", "ndim", "is_cuda", "nelement", "stride",
      "element_size", "data_ptr", "is_contiguous", "requires_grad", "layout"}
