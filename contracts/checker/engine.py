@@ -10,10 +10,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
-from tokenstate.contracts.checker.calls import HIDDEN, HOST_READ, RAW_READ, SPREAD, CallMixin
+from tokenstate.contracts.checker.calls import HOST_READ, RAW_READ, SPREAD, CallMixin
 from tokenstate.contracts.checker.config import CheckerConfig, SinkSpec
 from tokenstate.contracts.checker.evaluate import ExprMixin
 from tokenstate.contracts.checker.execute import StmtMixin
+from tokenstate.contracts.checker.externals import HIDDEN, ExternalMixin
 from tokenstate.contracts.checker.frame import Event, Frame, Summary
 from tokenstate.contracts.checker.guards import GuardMixin
 from tokenstate.contracts.checker.report import (
@@ -45,7 +46,7 @@ _HOST_KINDS = {"host": "ignores", "host_raw": "ignores", "host_fresh": "honors",
 _ORDER = {"ignores": 0, "unknown": 1, "honors": 2}
 
 
-class Analyzer(CallMixin, StmtMixin, ExprMixin, GuardMixin, ResolverMixin):
+class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, ResolverMixin):
     """One checker run: shared parse tables, name resolution and function summaries."""
 
     def __init__(self, config: CheckerConfig) -> None:

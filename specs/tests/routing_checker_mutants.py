@@ -7,6 +7,7 @@ import dataclasses
 
 import tokenstate.contracts.checker.calls as calls_module
 import tokenstate.contracts.checker.evaluate as evaluate_module
+import tokenstate.contracts.checker.externals as externals_module
 import tokenstate.contracts.forward_input as forward_input_module
 import tokenstate.contracts.tokens as tokens_module
 from tokenstate.contracts.checker.engine import Analyzer
@@ -158,7 +159,7 @@ def attribute_writes_forgotten(patch: MutantPatch) -> None:
 )
 def compiled_code_followed_as_plain(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "opaque_wrapper", lambda self, func: None)
-    patch.setattr(calls_module, "_is_code", lambda value: False)
+    patch.setattr(externals_module, "_is_code", lambda value: False)
 
 
 @mutant(
