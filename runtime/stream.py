@@ -34,7 +34,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -136,6 +136,7 @@ class _Faults:
             raise self.error
 
 
+@runtime_checkable
 class StreamEvent(Protocol):
     """A point in a stream's order; the host waits on it at a fence."""
 
@@ -150,6 +151,7 @@ class StreamEvent(Protocol):
         """Whether the stream passed this point (never blocks)."""
 
 
+@runtime_checkable
 class DeviceStream(Protocol):
     """Where device work runs, in submission order (see the module docstring)."""
 
