@@ -1,5 +1,6 @@
 """tokenstate.runtime — what runs: registry, scheduler, device mirror, kernels, runner, LLM API."""
 
+from tokenstate.runtime.engine import Engine as Engine, EngineConfig as EngineConfig
 from tokenstate.runtime.llm import LLM as LLM
 from tokenstate.runtime.outputs import (
     EngineStats as EngineStats,
@@ -28,6 +29,8 @@ __all__ = [
     "ON_UNHONORED",
     "SCHEDULING_ORDERS",
     "Arrival",
+    "Engine",
+    "EngineConfig",
     "EngineStats",
     "FinishReason",
     "ModelFactory",

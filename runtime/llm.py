@@ -19,12 +19,14 @@ import torch
 
 from tokenstate.contracts import ConfigError
 from tokenstate.runtime import registry
+from tokenstate.runtime.engine import Engine, EngineConfig
+from tokenstate.runtime.engine_config import ON_UNHONORED, OnUnhonored
 from tokenstate.runtime.outputs import EngineStats, RequestOutput
 from tokenstate.runtime.params import SamplingParams
 from tokenstate.runtime.registry import ModelFactory, ServableModel
-from tokenstate.runtime.runner import ON_UNHONORED, ModelRunner, OnUnhonored
 from tokenstate.runtime.scheduler import SCHEDULING_ORDERS, Request, SchedulingOrder
 from tokenstate.runtime.spec_decode import SpeculativeConfig
+from tokenstate.runtime.stream import Chaos, chaos_from_env
 
 __all__ = ["LLM"]
 
@@ -126,6 +128,7 @@ class LLM:
         scheduling_order: SchedulingOrder = "decode_first",
         kv_cache_tokens: int | None = None,
         speculative: dict[str, Any] | None = None,
+        chaos: int | None = None,
     ) -> None:
         if not isinstance(async_scheduling, bool):
             raise ConfigError(f"LLM: async_scheduling must be a bool, got {async_scheduling!r}.")
@@ -157,24 +160,23 @@ class LLM:
         self.stats = EngineStats()
         self._num_requests = 0
         self._next_request_id = 0
-        self._runner = ModelRunner(
-            self.factory,
-            self.model,
-            device=dev,
+        config = EngineConfig(
             async_scheduling=async_scheduling,
-            on_unhonored=on_unhonored,
+            device=dev,
             max_num_seqs=_positive_int("max_num_seqs", max_num_seqs),
             max_num_batched_tokens=_positive_int("max_num_batched_tokens", max_num_batched_tokens),
-            stats=self.stats,
-            kv_cache_tokens=kv_cache_tokens,
-            scheduling_order=scheduling_order,
             seed=seed,
+            on_unhonored=on_unhonored,
+            scheduling_order=scheduling_order,
+            kv_cache_tokens=kv_cache_tokens,
             speculative=spec,
+            chaos=chaos_from_env() if chaos is None else Chaos(chaos),
         )
+        self._engine = Engine(self.factory, self.model, config, self.stats)
 
     @property
     def async_scheduling(self) -> bool:
-        return self._runner.async_scheduling
+        return self._engine.config.async_scheduling
 
     def _derived_seed(self) -> int:
         digest = hashlib.blake2b(
@@ -244,7 +246,7 @@ class LLM:
 
     def has_unfinished_requests(self) -> bool:
         """Whether a request is waiting, running, or has a step in flight."""
-        return self._runner.scheduler.has_unfinished or self._runner.has_pending
+        return self._engine.has_unfinished
 
     def add_request(self, prompt: Sequence[int], params: SamplingParams | None = None) -> int:
         """Queue one request (validated now); returns its ``request_id`` (0, 1, ... per engine).
@@ -256,7 +258,7 @@ class LLM:
         request_id = self._next_request_id
         params = self._validate_params(request_id, SamplingParams() if params is None else params, checked)
         self._next_request_id += 1
-        self._runner.scheduler.add(self._request(request_id, checked, params))
+        self._engine.add(self._request(request_id, checked, params))
         return request_id
 
     def step(self) -> list[RequestOutput]:
@@ -264,9 +266,9 @@ class LLM:
         if not self.has_unfinished_requests():
             return []
         try:
-            finished = self._runner.step()
+            finished = self._engine.step()
         except BaseException:
-            self._runner.abort()
+            self._engine.abort()
             raise
         self.stats.finished_requests += len(finished)
         return [req.to_output() for req in finished]
@@ -308,16 +310,16 @@ class LLM:
         return self._run(requests)
 
     def _run(self, requests: list[Request]) -> list[RequestOutput]:
-        runner = self._runner
+        engine = self._engine
         for req in requests:
-            runner.scheduler.add(req)
+            engine.add(req)
         outputs: dict[int, RequestOutput] = {}
         try:
-            while runner.scheduler.has_unfinished or runner.has_pending:
-                for req in runner.step():
+            while engine.has_unfinished:
+                for req in engine.step():
                     outputs[req.request_id] = req.to_output()
         except BaseException:
-            runner.abort()
+            engine.abort()
             raise
         self.stats.finished_requests += len(outputs)
         return [outputs[req.request_id] for req in requests]
