@@ -2,6 +2,7 @@
 
 from tokenstate.runtime.llm import LLM as LLM
 from tokenstate.runtime.outputs import (
+    CompletionOutput as CompletionOutput,
     EngineStats as EngineStats,
     FinishReason as FinishReason,
     RequestOutput as RequestOutput,
@@ -28,6 +29,7 @@ __all__ = [
     "ON_UNHONORED",
     "SCHEDULING_ORDERS",
     "Arrival",
+    "CompletionOutput",
     "EngineStats",
     "FinishReason",
     "ModelFactory",

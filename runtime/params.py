@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from tokenstate.contracts import ConfigError
 
 __all__ = ["SamplingParams"]
+
+# vLLM SamplingParams options tokenstate does not implement, with what to do instead. Options not
+# listed here and not fields of SamplingParams are refused too, naming the supported ones.
+# The value that means "off" in vLLM is accepted, so ``n=1`` or ``logprobs=None`` copied from vLLM
+# code keeps working.
+_VLLM_NEUTRAL: dict[str, object] = {
+    "n": 1, "best_of": None, "min_tokens": 0, "logprobs": None, "prompt_logprobs": None,
+    "stop": None, "min_p": 0.0, "skip_special_tokens": True, "detokenize": True,
+}
+_VLLM_ONLY: dict[str, str] = {
+    "n": "tokenstate returns one completion per prompt; pass the prompt n times, each with its own seed",
+    "best_of": "tokenstate returns one completion per prompt; pass the prompt several times with seeds",
+    "min_tokens": "tokenstate never suppresses EOS or stop ids; use ignore_eos=True with max_tokens",
+    "logprobs": "tokenstate returns token ids only; run the model's forward yourself for logprobs",
+    "prompt_logprobs": "tokenstate returns token ids only; run the model's forward yourself",
+    "stop": "tokenstate works on token ids, not text; pass stop_token_ids=[...]",
+    "min_p": "use top_k or top_p",
+    "skip_special_tokens": "tokenstate never detokenizes; token_ids are returned as sampled",
+    "detokenize": "tokenstate never detokenizes; token_ids are returned as sampled",
+}
 
 
 def _require_int(name: str, value: object, *, minimum: int) -> None:
@@ -135,3 +156,30 @@ class SamplingParams:
             or self.frequency_penalty != 0.0
             or bool(self.bad_words)
         )
+
+
+_FIELDS = tuple(f.name for f in fields(SamplingParams))
+
+
+def _refuse_unknown_options(init):  # type: ignore[no-untyped-def]
+    """Turn an unknown keyword (a vLLM option we lack, a typo) into a ConfigError, not a TypeError."""
+
+    @functools.wraps(init)
+    def checked_init(self: SamplingParams, *args: object, **kwargs: object) -> None:
+        for name in [k for k in kwargs if k not in _FIELDS]:
+            value = kwargs.pop(name)
+            if name in _VLLM_NEUTRAL and value == _VLLM_NEUTRAL[name]:
+                continue
+            instead = _VLLM_ONLY.get(name, f"supported options: {', '.join(_FIELDS)}")
+            raise ConfigError(f"SamplingParams({name}={value!r}) is not supported: {instead}.")
+        if len(args) > len(_FIELDS):
+            raise ConfigError(
+                f"SamplingParams takes at most {len(_FIELDS)} arguments ({', '.join(_FIELDS)}); "
+                f"got {len(args)} positional ones — pass options by keyword."
+            )
+        init(self, *args, **kwargs)
+
+    return checked_init
+
+
+SamplingParams.__init__ = _refuse_unknown_options(SamplingParams.__init__)  # type: ignore[method-assign]
