@@ -23,6 +23,7 @@ from tokenstate.contracts import ConfigError
 from tokenstate.runtime import registry
 from tokenstate.runtime.outputs import EngineStats, RequestOutput
 from tokenstate.runtime.params import SamplingParams
+from tokenstate.runtime.progress import notify_step
 from tokenstate.runtime.registry import ModelFactory, ServableModel
 from tokenstate.runtime.runner import ON_UNHONORED, ModelRunner, OnUnhonored
 from tokenstate.runtime.scheduler import SCHEDULING_ORDERS, Request, SchedulingOrder
@@ -364,7 +365,9 @@ class LLM:
             self._runner.abort()
             raise
         self.stats.finished_requests += len(finished)
-        return [req.to_output() for req in finished]
+        done = [req.to_output() for req in finished]
+        notify_step(done)
+        return done
 
     @_serialized
     def generate(
@@ -428,8 +431,9 @@ class LLM:
         outputs: dict[int, RequestOutput] = {}
         try:
             while runner.scheduler.has_unfinished or runner.has_pending:
-                for req in runner.step():
-                    outputs[req.request_id] = req.to_output()
+                done = [req.to_output() for req in runner.step()]
+                outputs.update((out.request_id, out) for out in done)
+                notify_step(done)
         except BaseException:
             runner.abort()
             raise
