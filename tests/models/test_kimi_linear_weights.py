@@ -93,7 +93,6 @@ BAD_CONFIGS = {
     "kv heads differ": ({"num_key_value_heads": 2}, "num_key_value_heads=2 must equal"),
     "experts vs groups": ({"num_local_experts": 6, "n_group": 4}, "must split into n_group=4"),
     "top-k too large": ({"num_experts_per_tok": 5}, "num_experts_per_tok=5 exceeds"),
-    "derived head size": ({"qk_head_dim": 99}, "qk_head_dim=99 disagrees"),
     "typo": ({"num_hidden_layer": 4}, "num_hidden_layer: unknown field"),
     "alias conflict": ({"num_experts": 16}, "'num_experts' and 'num_local_experts'"),
     "bad kda layer list": ({"layer_types": None, "linear_attn_config": {"full_attn_layers": [9],
