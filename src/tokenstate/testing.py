@@ -150,7 +150,7 @@ def _assert_engine(generate: EngineGenerate, prompts: list[list[int]]) -> dict[s
     problems = []
     for i, (sync, async_) in enumerate(zip(outputs["sync"], outputs["async"], strict=True)):
         if sync != async_:
-            k = next((j for j, (a, b) in enumerate(zip(sync, async_)) if a != b), min(len(sync), len(async_)))
+            k = next((j for j, (a, b) in enumerate(zip(sync, async_, strict=False)) if a != b), min(len(sync), len(async_)))
             expected = sync[k] if k < len(sync) else "end of output"
             got = async_[k] if k < len(async_) else "end of output"
             problems.append(
