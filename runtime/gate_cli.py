@@ -24,7 +24,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", action="append", default=[], metavar="NAME",
         help="a preset (tiny-llama), an architecture, or an HF-format directory; repeatable "
-        "(default: the first preset of every registered model)",
+        "(default: the first preset of every model the --module packages define, else of every "
+        "registered model)",
     )
     parser.add_argument(
         "--module", action="append", default=[], metavar="PKG",

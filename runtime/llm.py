@@ -206,7 +206,8 @@ class LLM:
         **unsupported: object,
     ) -> None:
         _refuse_engine_options(unsupported)
-        self.dtype = _dtype(dtype)
+        self.dtype: torch.dtype = _dtype(dtype)
+        """The compute dtype (``torch.float32``)."""
         if not isinstance(async_scheduling, bool):
             raise ConfigError(f"LLM: async_scheduling must be a bool, got {async_scheduling!r}.")
         if on_unhonored not in ON_UNHONORED:
@@ -223,7 +224,11 @@ class LLM:
         if kv_cache_tokens is not None:
             _positive_int("kv_cache_tokens", kv_cache_tokens)
         dev = _device(device)
-        self.factory, self.model = _load_model(model, dev)
+        factory, built = _load_model(model, dev)
+        self.factory: ModelFactory = factory
+        """The registered factory serving the model (its forward, opt-in and presets)."""
+        self.model: Any = built
+        """The built model (a `ServableModel`): ``vocab_size``, ``max_model_len``, weights."""
         if not isinstance(self.model, ServableModel):
             raise ConfigError(
                 f"model {self.factory.name!r}: the built model lacks vocab_size / max_model_len / "
@@ -232,9 +237,12 @@ class LLM:
         spec = SpeculativeConfig.parse(
             speculative, model=self.factory.name, supported=self.factory.supports_speculative
         )
-        self.seed = seed
-        self.kv_cache_tokens = kv_cache_tokens
-        self.stats = EngineStats()
+        self.seed: int = seed
+        """The engine seed (requests without their own seed derive one from it)."""
+        self.kv_cache_tokens: int | None = kv_cache_tokens
+        """The KV/state token budget of the running requests (``None``: only the slots limit)."""
+        self.stats: EngineStats = EngineStats()
+        """Step counters over the engine's lifetime (see `EngineStats`)."""
         self._lock = threading.Lock()
         self._num_requests = 0
         self._next_request_id = 0
@@ -255,6 +263,7 @@ class LLM:
 
     @property
     def async_scheduling(self) -> bool:
+        """Whether the engine schedules asynchronously (as passed to the constructor)."""
         return self._runner.async_scheduling
 
     def _derived_seed(self) -> int:

@@ -108,6 +108,7 @@ class EngineStats:
 
     @property
     def total_steps(self) -> int:
+        """Every step the engine ran: ``async_steps + fallback_steps + sync_steps``."""
         return self.async_steps + self.fallback_steps + self.sync_steps
 
     def as_dict(self) -> dict[str, int]:
