@@ -9,7 +9,8 @@ absurd sizes, unknown layer types and inconsistent head counts in one ``ConfigEr
 ``head_dim`` and ``qk_head_dim`` are derived, as HF's ``KimiLinearConfig.__post_init__`` derives
 them (``qk_rope_head_dim`` and ``qk_nope_head_dim + qk_rope_head_dim``): HF ignores the stored
 values, so a ``config.json`` whose stored values disagree loads here too, with a warning naming the
-values used.
+values used. ``tie_word_embeddings`` is ignored the same way: HF's ``KimiLinearForCausalLM`` ties
+nothing and keeps its own ``lm_head.weight``.
 """
 
 from __future__ import annotations
@@ -214,9 +215,6 @@ def _size_rules(values: dict[str, Any]) -> Iterable[str]:
         elif values["num_experts_per_tok"] > experts // groups * values["topk_group"]:
             yield (f"num_experts_per_tok={values['num_experts_per_tok']} exceeds the "
                    f"{experts // groups * values['topk_group']} experts in the topk_group kept groups")
-    if values["tie_word_embeddings"]:
-        yield ("tie_word_embeddings: KimiLinearForCausalLM keeps a separate LM head (HF ignores the "
-               "flag and would leave lm_head untrained); set it to false and ship lm_head.weight")
     for field in ("pad_token_id", "bos_token_id"):
         token = values[field]
         if token is not None and not 0 <= token < values["vocab_size"]:
@@ -252,10 +250,13 @@ def _warn_on_ignored_derived(stored: Mapping[str, Any], values: Mapping[str, Any
     derived = {"head_dim": rope, "qk_head_dim": rope + nope}
     ignored = [f"{name}={value!r} (using {derived[name]})" for name, value in stored.items()
                if value != derived[name]]
+    if values["tie_word_embeddings"]:
+        ignored.append("tie_word_embeddings=true (the LM head stays separate: lm_head.weight)")
     if ignored:
         warnings.warn(
             f"{ARCHITECTURE} config: ignoring the stored {', '.join(ignored)}; like HF, head_dim is "
-            "qk_rope_head_dim and qk_head_dim is qk_nope_head_dim + qk_rope_head_dim.",
+            "qk_rope_head_dim, qk_head_dim is qk_nope_head_dim + qk_rope_head_dim and the LM head is "
+            "never tied to the embedding.",
             UserWarning,
             stacklevel=3,
         )

@@ -64,3 +64,12 @@ def test_what_hf_cannot_run_is_still_refused():
     # different count fails inside its attention, so it is refused here up front.
     with pytest.raises(ConfigError, match=r"num_key_value_heads=2 must equal num_attention_heads=4"):
         parse_kimi_linear_config({**TINY, "num_key_value_heads": 2})
+
+
+def test_tie_word_embeddings_is_ignored_as_hf_ignores_it(tmp_path):
+    hf = transformers.KimiLinearForCausalLM(transformers.KimiLinearConfig(**TINY, tie_word_embeddings=True))
+    assert hf.lm_head.weight.data_ptr() != hf.model.embed_tokens.weight.data_ptr()  # HF ties nothing
+    with pytest.warns(UserWarning, match=r"ignoring the stored tie_word_embeddings=true \(the LM head stays "
+                      r"separate: lm_head\.weight\).*never tied to the embedding"):
+        ours = parse_kimi_linear_config({**TINY, "tie_word_embeddings": True})
+    assert ours.tie_word_embeddings is True

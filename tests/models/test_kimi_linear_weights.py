@@ -98,7 +98,6 @@ BAD_CONFIGS = {
     "bad kda layer list": ({"layer_types": None, "linear_attn_config": {"full_attn_layers": [9],
                                                                         "kda_layers": [1]}},
                            "layer numbers 1..4"),
-    "tied head": ({"tie_word_embeddings": True}, "tie_word_embeddings"),
     "eos outside vocab": ({"eos_token_id": 4000}, "eos_token_id"),
     "activation": ({"hidden_act": "swish7"}, "hidden_act"),
     "wrong type": ({"hidden_size": "64"}, "hidden_size: expected int"),
