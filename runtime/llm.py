@@ -8,8 +8,8 @@ prompt order; none is dropped or silently truncated.
 
 from __future__ import annotations
 
-import functools
 import hashlib
+import inspect
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -53,11 +53,15 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 def _serialized(method: _F) -> _F:
     """Run ``method`` under the engine's lock: concurrent callers take turns, never interleave."""
 
-    @functools.wraps(method)
     def locked(self: LLM, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             return method(self, *args, **kwargs)
 
+    # Not functools.wraps: with the method's annotations copied, a type checker (beartype under
+    # --tokenstate-checks) would refuse a bad argument before the method's own typed error.
+    locked.__name__, locked.__qualname__, locked.__doc__ = method.__name__, method.__qualname__, method.__doc__
+    locked.__wrapped__ = method  # type: ignore[attr-defined]
+    locked.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
     return locked  # type: ignore[return-value]
 
 

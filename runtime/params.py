@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import functools
+import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -164,7 +164,6 @@ _FIELDS = tuple(f.name for f in fields(SamplingParams))
 def _refuse_unknown_options(init):  # type: ignore[no-untyped-def]
     """Turn an unknown keyword (a vLLM option we lack, a typo) into a ConfigError, not a TypeError."""
 
-    @functools.wraps(init)
     def checked_init(self: SamplingParams, *args: object, **kwargs: object) -> None:
         for name in [k for k in kwargs if k not in _FIELDS]:
             value = kwargs.pop(name)
@@ -179,6 +178,11 @@ def _refuse_unknown_options(init):  # type: ignore[no-untyped-def]
             )
         init(self, *args, **kwargs)
 
+    # Not functools.wraps: copying init's annotations would make a type checker (beartype under
+    # --tokenstate-checks) refuse a bad value before __post_init__ can say what is wrong with it.
+    checked_init.__name__, checked_init.__qualname__ = init.__name__, init.__qualname__
+    checked_init.__doc__ = init.__doc__
+    checked_init.__signature__ = inspect.signature(init)  # type: ignore[attr-defined]
     return checked_init
 
 
