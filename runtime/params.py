@@ -92,6 +92,11 @@ class SamplingParams:
     The penalties and ``bad_words`` read the request's history; the runner computes them from the
     token history held on the execution device, which always holds the real tokens (the host
     only learns a sampled token one step late), so they never read a placeholder.
+
+    vLLM options without an equivalent here (``n``, ``best_of``, ``min_tokens``, ``logprobs``,
+    ``prompt_logprobs``, ``stop``, ``min_p``, ...) are refused with a `ConfigError` that names
+    what to do instead; their neutral values (``n=1``, ``min_tokens=0``, ``logprobs=None``) are
+    accepted, so code written for vLLM keeps working where it means the same thing.
     """
 
     max_tokens: int = 16
