@@ -1,5 +1,6 @@
 """tokenstate.runtime — what runs: registry, scheduler, device mirror, kernels, runner, LLM API."""
 
+from tokenstate.runtime.engine import Engine as Engine, EngineConfig as EngineConfig
 from tokenstate.runtime.llm import LLM as LLM
 from tokenstate.runtime.outputs import (
     CompletionOutput as CompletionOutput,
@@ -30,6 +31,8 @@ __all__ = [
     "SCHEDULING_ORDERS",
     "Arrival",
     "CompletionOutput",
+    "Engine",
+    "EngineConfig",
     "EngineStats",
     "FinishReason",
     "ModelFactory",

@@ -21,13 +21,15 @@ import torch
 
 from tokenstate.contracts import ConfigError
 from tokenstate.runtime import registry
+from tokenstate.runtime.engine import Engine, EngineConfig
+from tokenstate.runtime.engine_config import ON_UNHONORED, OnUnhonored
 from tokenstate.runtime.outputs import EngineStats, RequestOutput
 from tokenstate.runtime.params import SamplingParams
 from tokenstate.runtime.progress import notify_step
 from tokenstate.runtime.registry import ModelFactory, ServableModel
-from tokenstate.runtime.runner import ON_UNHONORED, ModelRunner, OnUnhonored
 from tokenstate.runtime.scheduler import SCHEDULING_ORDERS, Request, SchedulingOrder
 from tokenstate.runtime.spec_decode import SpeculativeConfig
+from tokenstate.runtime.stream import Chaos, chaos_from_env
 
 __all__ = ["LLM"]
 
@@ -79,12 +81,11 @@ def _dtype(dtype: object) -> torch.dtype:
 
 def _refuse_engine_options(options: Mapping[str, object]) -> None:
     for name in options:
-        instead = _VLLM_ENGINE_OPTIONS.get(
-            name,
-            "supported options: model, async_scheduling, device, dtype, max_num_seqs, "
-            "max_num_batched_tokens, seed, on_unhonored, scheduling_order, kv_cache_tokens, "
-            "speculative",
-        )
+        accepted = [
+            p.name for p in inspect.signature(LLM.__init__).parameters.values()
+            if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
+        instead = _VLLM_ENGINE_OPTIONS.get(name, f"supported options: {', '.join(accepted)}")
         raise ConfigError(f"LLM({name}=...) is not supported: {instead}.")
 
 
@@ -206,6 +207,7 @@ class LLM:
         scheduling_order: SchedulingOrder = "decode_first",
         kv_cache_tokens: int | None = None,
         speculative: dict[str, Any] | None = None,
+        chaos: int | None = None,
         dtype: str | torch.dtype = "auto",
         **unsupported: object,
     ) -> None:
@@ -250,25 +252,24 @@ class LLM:
         self._lock = threading.Lock()
         self._num_requests = 0
         self._next_request_id = 0
-        self._runner = ModelRunner(
-            self.factory,
-            self.model,
-            device=dev,
+        config = EngineConfig(
             async_scheduling=async_scheduling,
-            on_unhonored=on_unhonored,
+            device=dev,
             max_num_seqs=_positive_int("max_num_seqs", max_num_seqs),
             max_num_batched_tokens=_positive_int("max_num_batched_tokens", max_num_batched_tokens),
-            stats=self.stats,
-            kv_cache_tokens=kv_cache_tokens,
-            scheduling_order=scheduling_order,
             seed=seed,
+            on_unhonored=on_unhonored,
+            scheduling_order=scheduling_order,
+            kv_cache_tokens=kv_cache_tokens,
             speculative=spec,
+            chaos=chaos_from_env() if chaos is None else Chaos(chaos),
         )
+        self._engine = Engine(self.factory, self.model, config, self.stats)
 
     @property
     def async_scheduling(self) -> bool:
         """Whether the engine schedules asynchronously (as passed to the constructor)."""
-        return self._runner.async_scheduling
+        return self._engine.config.async_scheduling
 
     def _derived_seed(self) -> int:
         digest = hashlib.blake2b(
@@ -351,7 +352,7 @@ class LLM:
         return self._has_unfinished()
 
     def _has_unfinished(self) -> bool:
-        return self._runner.scheduler.has_unfinished or self._runner.has_pending
+        return self._engine.has_unfinished
 
     @_serialized
     def add_request(self, prompt: Sequence[int], params: SamplingParams | None = None) -> int:
@@ -364,7 +365,7 @@ class LLM:
         request_id = self._next_request_id
         params = self._validate_params(request_id, SamplingParams() if params is None else params, checked)
         self._next_request_id += 1
-        self._runner.scheduler.add(self._request(request_id, checked, params))
+        self._engine.add(self._request(request_id, checked, params))
         return request_id
 
     @_serialized
@@ -373,9 +374,9 @@ class LLM:
         if not self._has_unfinished():
             return []
         try:
-            finished = self._runner.step()
+            finished = self._engine.step()
         except BaseException:
-            self._runner.abort()
+            self._engine.abort()
             raise
         self.stats.finished_requests += len(finished)
         done = [req.to_output() for req in finished]
@@ -438,17 +439,17 @@ class LLM:
         return self._run(requests)
 
     def _run(self, requests: list[Request]) -> list[RequestOutput]:
-        runner = self._runner
+        engine = self._engine
         for req in requests:
-            runner.scheduler.add(req)
+            engine.add(req)
         outputs: dict[int, RequestOutput] = {}
         try:
-            while runner.scheduler.has_unfinished or runner.has_pending:
-                done = [req.to_output() for req in runner.step()]
+            while engine.has_unfinished:
+                done = [req.to_output() for req in engine.step()]
                 outputs.update((out.request_id, out) for out in done)
                 notify_step(done)
         except BaseException:
-            runner.abort()
+            engine.abort()
             raise
         self.stats.finished_requests += len(outputs)
         return [outputs[req.request_id] for req in requests]

@@ -91,7 +91,7 @@ def test_vllm_engine_options_are_refused_naming_the_alternative():
                        r"runs one device"):
         LLM(toy_factory(), tensor_parallel_size=2)
     with pytest.raises(ConfigError, match=r"^LLM\(max_num_seq=\.\.\.\) is not supported: supported options: "
-                       r"model, async_scheduling"):
+                       r"model, async_scheduling, device"):
         LLM(toy_factory(), max_num_seq=2)
 
 
