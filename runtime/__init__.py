@@ -3,6 +3,7 @@
 from tokenstate.runtime.engine import Engine as Engine, EngineConfig as EngineConfig
 from tokenstate.runtime.llm import LLM as LLM
 from tokenstate.runtime.outputs import (
+    CompletionOutput as CompletionOutput,
     EngineStats as EngineStats,
     FinishReason as FinishReason,
     RequestOutput as RequestOutput,
@@ -29,6 +30,7 @@ __all__ = [
     "ON_UNHONORED",
     "SCHEDULING_ORDERS",
     "Arrival",
+    "CompletionOutput",
     "Engine",
     "EngineConfig",
     "EngineStats",
