@@ -107,11 +107,11 @@ def idle_rows_emit(patch: MutantPatch) -> None:
 def reused_slot_keeps_history(patch: MutantPatch) -> None:
     from tokenstate.runtime.mirror import DeviceMirror
 
-    admit = DeviceMirror.admit
+    reseed = DeviceMirror._reseed  # runs on the stream, in order with the steps
 
-    def admit_keeping_history(self: DeviceMirror, requests: Any) -> None:
+    def reseed_keeping_history(self: DeviceMirror, *args: Any) -> None:
         kept = self.history.clone()
-        admit(self, requests)
+        reseed(self, *args)
         self.history.copy_(kept)
 
-    patch.setattr(DeviceMirror, "admit", admit_keeping_history)
+    patch.setattr(DeviceMirror, "_reseed", reseed_keeping_history)
