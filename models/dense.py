@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from tokenstate.contracts import ConfigError, ForwardInput
+from tokenstate.models.fused_linear import FusedProjection
 from tokenstate.models.layers import GatedMLP, RMSNorm, RotaryEmbedding, SlotAttention
 from tokenstate.models.slot_batch import SlotBatch
 from tokenstate.runtime.kernels import guarded_embedding
@@ -159,7 +160,11 @@ class DenseForCausalLM(nn.Module):
         self.vocab_size: int = config.vocab_size
         self.max_model_len: int = config.max_position_embeddings
         self.eos_token_id: int | None = config.eos_token_id
+        self._head = FusedProjection()  # lm_head, pre-packed where that pays
         self.tie_weights()
+
+    def prepack_linears(self) -> None:
+        self._head.prepare((self.lm_head,))
 
     def tie_weights(self) -> None:
         if self.model.config.tie_word_embeddings:
@@ -167,7 +172,7 @@ class DenseForCausalLM(nn.Module):
 
     def compute_logits(self, inp: ForwardInput) -> Tensor:
         """``[num_logits, vocab]`` float32 logits at ``inp.logits_indices``."""
-        return self.lm_head(self.model.forward(inp)).float()
+        return self._head(self.model.forward(inp), (self.lm_head,)).float()
 
     def allocate_slots(self, num_slots: int) -> None:
         self.model.allocate_slots(num_slots)

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from tokenstate.contracts import ConfigError
 from tokenstate.models.fused_linear import FusedProjection
-from tokenstate.models.slot_batch import SlotBatch
+from tokenstate.models.slot_batch import ShortRows, SlotBatch
 
 __all__ = ["ACTIVATIONS", "GatedMLP", "RMSNorm", "RotaryEmbedding", "SlotAttention", "slot_attention"]
 
@@ -95,12 +95,17 @@ class GatedMLP(nn.Module):
         self.act = ACTIVATIONS[act]
         self.intermediate_size = intermediate_size
         self._gate_up = FusedProjection()  # gate and up in one matmul (weights stay HF-named)
+        self._down = FusedProjection()  # down_proj, pre-packed where that pays
 
     def forward(self, x: Tensor) -> Tensor:
         gate, up = self._gate_up(x, (self.gate_proj, self.up_proj)).split(
             self.intermediate_size, dim=-1
         )  # [..., intermediate] each
-        return self.down_proj(self.act(gate) * up)
+        return self._down(self.act(gate) * up, (self.down_proj,))
+
+    def prepack_linears(self) -> None:
+        self._gate_up.prepare((self.gate_proj, self.up_proj))
+        self._down.prepare((self.down_proj,))
 
 
 def slot_attention(
@@ -134,24 +139,7 @@ def slot_attention(
 
     out = q.new_empty(q.shape[0], q.shape[1], v.shape[2])  # [num_tokens, num_heads, v_head_dim]
     if short is not None:
-        # All short rows (decode, decode + drafts) in one masked attention over their slots' caches.
-        # index_select on the [:, :L] view: a slab copy per slot (advanced indexing runs an
-        # element-wise kernel, ~5x slower on the CPU for the same gather).
-        if short.slot_start is not None:  # consecutive slots: attend on a view, no copy at all
-            rows = slice(short.slot_start, short.slot_start + short.slots.shape[0])
-            keys = k_cache[rows, : short.kv_len].transpose(1, 2)  # [R, kv_heads, L, d]
-            values = v_cache[rows, : short.kv_len].transpose(1, 2)  # [R, kv_heads, L, dv]
-        else:
-            keys = k_cache[:, : short.kv_len].index_select(0, short.slots).transpose(1, 2)  # [R, kv_heads, L, d]
-            values = v_cache[:, : short.kv_len].index_select(0, short.slots).transpose(1, 2)  # [R, kv_heads, L, dv]
-        token_index = short.token_index  # [R, Q]
-        # write_tokens is None: the short rows are the whole step in flat order, q needs no gather.
-        gathered = q if short.write_tokens is None else q.index_select(0, token_index.view(-1))
-        queries = gathered.view(*token_index.shape, *q.shape[1:]).transpose(1, 2)  # [R, heads, Q, head_dim]
-        attended = F.scaled_dot_product_attention(
-            queries, keys, values, attn_mask=short.key_mask, scale=scale,
-            enable_gqa=gqa,
-        ).transpose(1, 2)  # [R, Q, heads, v_head_dim]
+        attended = _attend_short_rows(q, k_cache, v_cache, short, scale, v.shape[2])  # [R, Q, heads, dv]
         flat = attended.reshape(-1, attended.shape[2], attended.shape[3])  # [R * Q, heads, v_head_dim]
         if not batch.long_rows and short.write_tokens is None and short.valid_src is None:
             return flat  # a decode-only step: the short rows are every token, in flat order
@@ -177,6 +165,65 @@ def slot_attention(
     return out
 
 
+def _attend_run(queries: Tensor, keys: Tensor, values: Tensor, key_mask: Tensor | None, scale: float) -> Tensor:
+    """``[n, Q, heads, dv]``: one run's queries (``[n, Q, heads, d]``) over its cache views.
+
+    With grouped KV heads the ``G = heads / kv_heads`` query heads of one KV head are folded into
+    the query axis (``[n, kv_heads, G * Q, d]``): every KV head is then read once, as one GEMM for
+    its G queries, instead of once per query head (measured 1.2–1.5x faster at decode). Head ``h``
+    reads KV head ``h // G``, as HF's ``repeat_kv`` and SDPA's ``enable_gqa`` do.
+    """
+    n, q_len, heads, head_dim = queries.shape
+    kv_heads = keys.shape[1]
+    group = heads // kv_heads
+    if group == 1:
+        out = F.scaled_dot_product_attention(queries.transpose(1, 2), keys, values, attn_mask=key_mask, scale=scale)
+        return out.transpose(1, 2)  # [n, Q, heads, dv]
+    folded = queries.view(n, q_len, kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)  # [n, kv, G, Q, d]
+    folded = folded.reshape(n, kv_heads, group * q_len, head_dim)  # [n, kv_heads, G * Q, d]
+    mask = None
+    if key_mask is not None:  # [n, 1, Q, L] -> [n, 1, G * Q, L]: each folded query keeps its row's mask
+        length = key_mask.shape[-1]
+        mask = key_mask.unsqueeze(2).expand(n, 1, group, q_len, length).reshape(n, 1, group * q_len, length)
+    out = F.scaled_dot_product_attention(folded, keys, values, attn_mask=mask, scale=scale)  # [n, kv, G*Q, dv]
+    dv = out.shape[-1]
+    return out.view(n, kv_heads, group, q_len, dv).permute(0, 3, 1, 2, 4).reshape(n, q_len, heads, dv)
+
+
+def _attend_short_rows(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, short: ShortRows, scale: float, dv: int
+) -> Tensor:
+    """``[R, Q, heads, dv]``: all short rows (decode, decode + drafts), one masked attention per slot run.
+
+    Each run reads ``cache[slot_lo:slot_hi, :kv_len]`` as a view — the caches are never gathered.
+    Rows are placed into the runs' span by slot (``span_index``); a hole's zero queries attend to
+    finite cache values and their outputs are dropped.
+    """
+    token_index = short.token_index  # [R, Q]
+    num_rows, q_len = token_index.shape
+    # write_tokens is None: the short rows are the whole step in flat order, q needs no gather.
+    gathered = q if short.write_tokens is None else q.index_select(0, token_index.view(-1))
+    rows_q = gathered.view(num_rows, q_len, *q.shape[1:])  # [R, Q, heads, head_dim]
+    if short.span_index is None:
+        span_q = rows_q  # the rows are the span, in slot order
+    else:
+        span_q = q.new_zeros(short.span, q_len, *q.shape[1:])  # [span, Q, heads, head_dim]
+        span_q[short.span_index] = rows_q
+    span_out = None if len(short.runs) == 1 else q.new_empty(short.span, q_len, q.shape[1], dv)
+    for run in short.runs:
+        n = run.slot_hi - run.slot_lo
+        keys = k_cache[run.slot_lo : run.slot_hi, : run.kv_len].transpose(1, 2)  # [n, kv_heads, L, d]: a view
+        values = v_cache[run.slot_lo : run.slot_hi, : run.kv_len].transpose(1, 2)  # [n, kv_heads, L, dv]
+        attended = _attend_run(span_q[run.offset : run.offset + n], keys, values, run.key_mask, scale)
+        # attended: [n, Q, heads, dv]
+        if span_out is None:
+            span_out = attended
+        else:
+            span_out[run.offset : run.offset + n] = attended
+    assert span_out is not None  # a ShortRows has at least one run
+    return span_out if short.span_index is None else span_out[short.span_index]
+
+
 class SlotAttention(nn.Module):
     """Multi-head attention with grouped KV heads, rotary positions and a per-slot KV cache."""
 
@@ -194,6 +241,11 @@ class SlotAttention(nn.Module):
         self.k_cache: Tensor | None = None  # [num_slots, max_model_len, num_kv_heads, head_dim]
         self.v_cache: Tensor | None = None  # [num_slots, max_model_len, num_kv_heads, head_dim]
         self._qkv = FusedProjection()  # q, k and v in one matmul (weights stay HF-named)
+        self._o = FusedProjection()  # o_proj, pre-packed where that pays
+
+    def prepack_linears(self) -> None:
+        self._qkv.prepare((self.q_proj, self.k_proj, self.v_proj))
+        self._o.prepare((self.o_proj,))
 
     def allocate_slots(self, num_slots: int, max_model_len: int) -> None:
         w = self.k_proj.weight
@@ -218,4 +270,4 @@ class SlotAttention(nn.Module):
         q, k = RotaryEmbedding.rotate(qkv[:, : heads + kv_heads], cos, sin).split((heads, kv_heads), dim=1)
         v = qkv[:, heads + kv_heads :]  # [num_tokens, kv_heads, head_dim]
         out = slot_attention(q, k, v, self.k_cache, self.v_cache, batch, self.scale)
-        return self.o_proj(out.reshape(n, self.num_heads * self.head_dim))
+        return self._o(out.reshape(n, self.num_heads * self.head_dim), (self.o_proj,))

@@ -19,6 +19,7 @@ from torch import Tensor
 from tokenstate.contracts import ConfigError, ForwardInput, entry_point
 from tokenstate.models.config import REQUIRED, ConfigSchema, Field, divides
 from tokenstate.models.dense import DenseConfig, DenseForCausalLM
+from tokenstate.models.fused_linear import prepack
 from tokenstate.models.layers import ACTIVATIONS
 from tokenstate.models.weights import (
     load_state,
@@ -178,7 +179,7 @@ def build(config: dict[str, Any], *, device: torch.device | str = "cpu", seed: i
     """A Llama with deterministic random weights (same seed → same weights on every device)."""
     model = _construct(config, device)
     seeded_init(model, seed, INIT_STD)
-    return model
+    return prepack(model)
 
 
 def load(path: str | Path, *, device: torch.device | str = "cpu") -> LlamaForCausalLM:
@@ -188,7 +189,7 @@ def load(path: str | Path, *, device: torch.device | str = "cpu") -> LlamaForCau
     safetensors_files(path)  # refuse pickle-only / empty directories before allocating
     model = _construct(config, device)
     load_state(model, path, aliases=model.tied_aliases(), model=ARCHITECTURE)
-    return model
+    return prepack(model)
 
 
 def save(model: LlamaForCausalLM, path: str | Path) -> None:

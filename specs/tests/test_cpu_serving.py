@@ -1,0 +1,114 @@
+"""The tests that carry the cpu-serving spec's items."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from tokenstate.contracts import BatchLayout, ForwardInput, HostTokens
+from tokenstate.models import fused_linear
+from tokenstate.models.fused_linear import FusedProjection, onednn_packing_available
+from tokenstate.models.llama import FACTORY
+
+from .cpu_serving_mutants import gathers_the_caches, packed_cache_never_revalidated
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results.json"
+VOCAB = 512  # tiny-llama
+
+
+@pytest.mark.paid("CPU-1", before=packed_cache_never_revalidated)
+@pytest.mark.skipif(not onednn_packing_available(), reason="no oneDNN pre-packed linear ops in this torch")
+def test_packed_projection_never_serves_a_stale_weight(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fused_linear, "MIN_PACKED_ELEMENTS", 1)  # pack even this small a weight
+    torch.manual_seed(0)
+    q, k = nn.Linear(32, 16), nn.Linear(32, 8)
+    fused, x = FusedProjection(), torch.randn(5, 32)
+
+    def expected() -> torch.Tensor:
+        return torch.cat([q(x), k(x)], dim=-1)  # [5, 24]
+
+    with torch.no_grad():
+        fused.prepare((q, k))
+        assert fused.packed
+        q.weight.mul_(-2)  # in place
+        torch.testing.assert_close(fused(x, (q, k)), expected(), atol=1e-5, rtol=1e-5)
+        k.weight = nn.Parameter(torch.randn(8, 32))  # replaced
+        torch.testing.assert_close(fused(x, (q, k)), expected(), atol=1e-5, rtol=1e-5)
+        q.load_state_dict({n: torch.randn_like(t) for n, t in q.state_dict().items()})  # reloaded
+        torch.testing.assert_close(fused(x, (q, k)), expected(), atol=1e-5, rtol=1e-5)
+
+
+def make_input(rows: list[tuple], *, vocab_size: int) -> ForwardInput:
+    """Fresh host ids for ``(slot, tokens[, num_computed])`` rows; logits at each row's last token."""
+    del vocab_size  # fresh host ids only: nothing to check against the vocabulary here
+    i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    qsl, ids, positions = [0], [], []
+    for _slot, tokens, *rest in rows:
+        done = rest[0] if rest else 0
+        ids += tokens
+        positions += range(done, done + len(tokens))
+        qsl.append(qsl[-1] + len(tokens))
+    seq_lens = [(r[2] if len(r) > 2 else 0) + len(r[1]) for r in rows]
+    slots = i32([r[0] for r in rows])  # [num_rows]
+    logits = torch.tensor(qsl[1:], dtype=torch.int64) - 1  # [num_rows]
+    layout = BatchLayout(i32(qsl), i32(seq_lens), slots, i32([0] * len(rows)), logits)
+    host = HostTokens(i32(ids), torch.zeros(len(ids), dtype=torch.bool), i32(qsl), slots)
+    return ForwardInput(host, None, torch.tensor(positions), layout, logits.clone(), slots.long())
+
+
+class _CacheOps(TorchDispatchMode):
+    """Names every op that takes one of ``caches`` (or a view of it) as an input."""
+
+    def __init__(self, caches: list[torch.Tensor]) -> None:
+        super().__init__()
+        self.storages = {c.untyped_storage().data_ptr() for c in caches}
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        flat = [*args, *(kwargs or {}).values()]
+        flat += [t for a in list(flat) if isinstance(a, list | tuple) for t in a]
+        if any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in self.storages for t in flat):
+            self.ops.add(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+NO_COPY = {
+    "slice", "transpose", "select", "view", "as_strided", "alias", "unsqueeze", "index_put_",
+    "_index_put_impl_", "copy_", "scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+}  # fmt: skip
+
+
+@pytest.mark.paid("CPU-2", before=gathers_the_caches)
+def test_decode_step_reads_the_caches_in_place() -> None:
+    slots = [9, 2, 3, 14, 0]  # out of order, with holes
+    prompts = {s: [(5 * s + j) % (VOCAB - 3) + 3 for j in range(4 + s % 5)] for s in slots}
+    alone = FACTORY.build_preset("tiny-llama")
+    alone.allocate_slots(1)
+    solo = []
+    for s in slots:
+        alone.reset_slot(0)
+        FACTORY.forward(alone, make_input([(0, prompts[s])], vocab_size=VOCAB))
+        solo.append(FACTORY.forward(alone, make_input([(0, [s + 7], len(prompts[s]))], vocab_size=VOCAB)))
+    model = FACTORY.build_preset("tiny-llama")
+    model.allocate_slots(16)
+    for s in slots:
+        FACTORY.forward(model, make_input([(s, prompts[s])], vocab_size=VOCAB))
+    caches = [t for layer in model.model.layers for t in (layer.self_attn.k_cache, layer.self_attn.v_cache)]
+    step = make_input([(s, [s + 7], len(prompts[s])) for s in slots], vocab_size=VOCAB)
+    with _CacheOps(caches) as seen:
+        logits = FACTORY.forward(model, step)
+    assert seen.ops <= NO_COPY, f"ops that copy a cache: {sorted(seen.ops - NO_COPY)}"
+    torch.testing.assert_close(logits, torch.cat(solo), rtol=0, atol=1e-5)
+
+
+@pytest.mark.owed("CPU-3")
+def test_recorded_run_meets_the_vllm_target() -> None:
+    rows = json.loads(RESULTS.read_text(encoding="utf-8"))["rows"] if RESULTS.is_file() else []
+    vllm = [r for r in rows if r.get("benchmark") == "engine_vs_peers" and "vLLM-CPU" in r["measure"]]
+    assert len(vllm) == 4, f"the recorded run has {len(vllm)} of the 4 vLLM cells"
+    assert all(r["pass"] for r in vllm), [(r["measure"], r["ratio"]) for r in vllm]
