@@ -69,6 +69,8 @@ class EngineStats:
         drafts_proposed: speculative draft tokens scheduled for verification.
         drafts_accepted: drafts the target model confirmed (each one emitted a token for free).
         drafts_rejected: drafts it refused (their positions are recomputed later).
+        slot_reuses: admissions to a slot that an earlier request (or an earlier admission of the
+            same request) had held: the slot's per-request state had to be reseeded.
     """
 
     async_steps: int = 0
@@ -82,6 +84,7 @@ class EngineStats:
     drafts_proposed: int = 0
     drafts_accepted: int = 0
     drafts_rejected: int = 0
+    slot_reuses: int = 0
 
     @property
     def total_steps(self) -> int:

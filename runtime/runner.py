@@ -40,6 +40,7 @@ from tokenstate.runtime.registry import ModelFactory
 from tokenstate.runtime.sampler import SamplingRows, sample
 from tokenstate.runtime.scheduler import Request, ScheduledBatch, Scheduler, SchedulingOrder
 from tokenstate.runtime.spec_decode import SpeculativeConfig, propose_ngram
+from tokenstate.runtime.watchdog import ProgressWatchdog, default_stall_limit
 
 __all__ = ["ON_UNHONORED", "ModelRunner", "OnUnhonored"]
 
@@ -107,6 +108,7 @@ class ModelRunner:
             model.allocate_slots(max_num_seqs)
         self._in_flight: _InFlight | None = None
         self._num_launched = 0
+        self.watchdog = ProgressWatchdog(default_stall_limit(max_model_len, max_num_batched_tokens))
 
     @property
     def has_pending(self) -> bool:
@@ -115,7 +117,9 @@ class ModelRunner:
     def step(self) -> list[Request]:
         """Run one step; returns the requests whose finish the host learned in it."""
         with torch.inference_mode():
-            return self._step()
+            finished = self._step()
+        self.watchdog.after_step((*self.scheduler.running, *self.scheduler.waiting), len(finished))
+        return finished
 
     def _step(self) -> list[Request]:
         batch = self.scheduler.schedule()
@@ -295,3 +299,4 @@ class ModelRunner:
         """Forget every request and the in-flight step (after an error aborted a generate call)."""
         self._in_flight = None
         self.scheduler.abort_all()
+        self.watchdog.reset()

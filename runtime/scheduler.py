@@ -84,6 +84,7 @@ class Scheduler:
         self.running: list[Request] = []  # by arrival (priority)
         self._free_slots = list(range(max_num_seqs))  # a heap: the lowest free slot is reused first
         self._num_arrivals = 0
+        self._used_slots: set[int] = set()  # slots some admission has held (for slot_reuses)
 
     def add(self, request: Request) -> None:
         request.arrival = self._num_arrivals
@@ -159,6 +160,9 @@ class Scheduler:
     def _admit(self, req: Request) -> None:
         """Seed a request's slot state: it re-prefills everything the host knows about it."""
         req.slot = heapq.heappop(self._free_slots)
+        if req.slot in self._used_slots:
+            self.stats.slot_reuses += 1
+        self._used_slots.add(req.slot)
         req.prefill_len = req.num_known
         req.num_computed = 0
         req.admissions += 1
