@@ -25,7 +25,14 @@ from typing import Any
 
 from tokenstate.contracts import ConfigError, TokenStateError, checks_mode
 from tokenstate.runtime.gate_compare import Divergence, PathResult, compare_tokens
-from tokenstate.runtime.gate_matrix import CELLS, CellReport, MatrixContext, run_cell
+from tokenstate.runtime.gate_matrix import (
+    CELLS,
+    MATRIX_MIN_REQUESTS,
+    MATRIX_MIN_TOKENS,
+    CellReport,
+    MatrixContext,
+    run_cell,
+)
 from tokenstate.runtime.llm import LLM
 from tokenstate.runtime.outputs import RequestOutput
 from tokenstate.runtime.params import SamplingParams
@@ -171,9 +178,22 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
                 row[name] = compare_tokens(name, oracle.greedy_choices(prompt, list(out.token_ids)), out)
         report.requests.append(row)
     if not config.quick:
+        # The matrix needs enough requests and tokens to reach its conditions whatever the
+        # baseline's size; it reuses the baseline's outputs when its request set is the same.
+        matrix = dataclasses.replace(
+            config, num_requests=max(config.num_requests, MATRIX_MIN_REQUESTS),
+            max_tokens=max(config.max_tokens, MATRIX_MIN_TOKENS),
+        )  # fmt: skip
+        matrix_prompts = builtin_prompts(first.model.vocab_size, first.model.max_model_len, matrix)
+        if matrix_prompts == prompts and matrix.max_tokens == config.max_tokens:
+            baseline = [o.token_ids for o in outputs["sync"]]
+        else:
+            reference = LLM(shared, async_scheduling=False, **settings)
+            matrix_params = SamplingParams(max_tokens=matrix.max_tokens, ignore_eos=True)
+            baseline = [o.token_ids for o in reference.generate(matrix_prompts, matrix_params)]
         context = MatrixContext(
-            factory=shared, prompts=prompts, baseline=[o.token_ids for o in outputs["sync"]],
-            max_tokens=config.max_tokens, max_num_seqs=config.max_num_seqs,
+            factory=shared, prompts=matrix_prompts, baseline=baseline,
+            max_tokens=matrix.max_tokens, max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=first.model.max_model_len, seed=config.seed, device=config.device,
             checks=config.checks, oracle=oracle,

@@ -29,7 +29,21 @@ from tokenstate.runtime.registry import ModelFactory
 from tokenstate.runtime.step_audit import audit_runner
 from tokenstate.runtime.workload import Arrival, run_workload
 
-__all__ = ["CELLS", "CellReport", "Condition", "MatrixContext", "ScheduleCell", "run_cell"]
+__all__ = [
+    "CELLS",
+    "MATRIX_MIN_REQUESTS",
+    "MATRIX_MIN_TOKENS",
+    "CellReport",
+    "Condition",
+    "MatrixContext",
+    "ScheduleCell",
+    "run_cell",
+]
+
+MATRIX_MIN_REQUESTS = 8
+"""The matrix runs at least this many requests (more than the slots: slots get reused)."""
+MATRIX_MIN_TOKENS = 32
+"""... and generates at least this many tokens in its longest cells (loops, so drafts get accepted)."""
 
 
 @dataclass(frozen=True)
