@@ -15,6 +15,7 @@ so they are tokens the model really produces.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -243,6 +244,20 @@ def _everything(ctx: MatrixContext) -> CellPlan:
     return CellPlan(_stop_params(ctx), engine, oracle=True, prompts=_draft_prompts(ctx))
 
 
+def _fallback(ctx: MatrixContext) -> CellPlan:
+    engine: dict[str, Any] = {"honors_device_token_ids": False, "scheduling_order": "random", "seed": ctx.seed + 4}
+    if not ctx.factory.supports_speculative:
+        return _greedy(ctx, engine)
+    engine.update(_spec_engine())
+    params = SamplingParams(max_tokens=ctx.max_tokens, ignore_eos=True)
+    return CellPlan([params] * len(ctx.prompts), engine, oracle=True, prompts=_draft_prompts(ctx))
+
+
+def _fallback_conditions(ctx: MatrixContext, plan: CellPlan, result: dict[str, Any]) -> list[Condition]:
+    names = ["fallback_steps"] + (["drafts_accepted", "drafts_rejected"] if "speculative" in plan.engine else [])
+    return _counter(*names)(ctx, plan, result)
+
+
 def _stat(result: dict[str, Any], path: str, name: str) -> int:
     return int(result["stats"][path].get(name, 0))
 
@@ -335,6 +350,11 @@ CELLS: tuple[ScheduleCell, ...] = (
         _drafts, _counter("drafts_accepted", "drafts_rejected"), needs_speculative=True,
     ),
     ScheduleCell(
+        "fallback path", "the same model declared as not honouring device ids: every async step with "
+        "spliced rows runs on fresh host ids, drafts included",
+        _fallback, _fallback_conditions,
+    ),
+    ScheduleCell(
         "all at once", "random order, preemption, small budget, stops and drafts together",
         _everything, _everything_conditions,
     ),
@@ -362,15 +382,19 @@ def run_cell(cell: ScheduleCell, ctx: MatrixContext) -> CellReport:
         report.skipped = f"model {ctx.factory.name!r} does not support speculative decoding"
         return report
     plan = cell.plan(ctx)
+    engine = dict(plan.engine)
+    factory = ctx.factory
+    if "honors_device_token_ids" in engine:  # a property of the factory, not an engine setting
+        factory = dataclasses.replace(factory, honors_device_token_ids=engine.pop("honors_device_token_ids"))
     settings = {
         "device": ctx.device, "max_num_seqs": ctx.max_num_seqs,
-        "max_num_batched_tokens": ctx.max_num_batched_tokens, "seed": ctx.seed, **plan.engine,
+        "max_num_batched_tokens": ctx.max_num_batched_tokens, "seed": ctx.seed, **engine,
     }  # fmt: skip
     prompts = plan.prompts if plan.prompts is not None else ctx.prompts
     arrivals = _arrivals(prompts, plan.params)
     outputs: dict[str, list[RequestOutput]] = {}
     for path, async_scheduling in (("sync", False), ("async", True)):
-        llm = LLM(ctx.factory, async_scheduling=async_scheduling, **settings)
+        llm = LLM(factory, async_scheduling=async_scheduling, **settings)
         try:
             with checks_mode(ctx.checks) if ctx.checks else contextlib.nullcontext():
                 outputs[path] = run_workload(llm, arrivals, after_step=_audit)
