@@ -210,7 +210,8 @@ def _history_params(ctx: MatrixContext) -> list[SamplingParams]:
 
 
 def _history_readers(ctx: MatrixContext) -> CellPlan:
-    return CellPlan(_history_params(ctx), {}, oracle=False)
+    # Random order too: per-request sampling state and penalties must be read by slot, not row.
+    return CellPlan(_history_params(ctx), {"scheduling_order": "random", "seed": ctx.seed + 5}, oracle=False)
 
 
 def _spec_engine() -> dict[str, Any]:
