@@ -12,6 +12,14 @@ default); ``off`` must be free (``<= 1.01``), ``full`` is reported.
 The µs the boundary adds per call are also reported from a no-op forward (``overhead_us`` of the
 ``no-op`` rows), where nothing hides them.
 
+The value checks the type states run on CPU tensors in every mode (issue 13: ``DeviceTokens`` ids
+inside the vocabulary, no placeholder at a fresh ``HostTokens`` position, ``ForwardInput``
+``logits_indices`` inside the step) run once per step, where the runner builds the step's states.
+Their row times those three checks on this step's tensors against the unchecked decode step,
+paired repetition by repetition, and reports ``(step + checks) / step`` with the min/median/max of
+the per-repetition ratios. On a CUDA tensor the checks return at once (no device sync): the guarded
+embedding checks there.
+
 Runs with one intra-op thread: a decode step of this model is a few hundred tiny ops, and on a
 shared 2-core machine an op that opens the OpenMP pool can wait for a descheduled core, which would
 swamp a 1 % difference with scheduler noise. Both sides of every ratio run the same way.
@@ -20,7 +28,9 @@ swamp a 1 % difference with scheduler noise. Both sides of every ratio run the s
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +49,9 @@ from tokenstate.contracts import (
     HostTokens,
     checks_mode,
     entry_point,
+    forward_input as forward_input_module,
     stale_position_mask,
+    tokens as tokens_module,
 )
 from tokenstate.runtime import registry
 
@@ -80,6 +92,45 @@ class _NoOpModel:
     def __init__(self, vocab_size: int, num_logits: int) -> None:
         self.vocab_size = vocab_size
         self.logits_buffer = torch.zeros(num_logits, vocab_size)  # [num_logits, vocab]
+
+
+def value_checks_row(bare: Any, model: Any, inp: ForwardInput, repeats: int) -> dict[str, Any]:
+    """``(step + per-step value checks) / step``, paired per repetition (see the module docs)."""
+    ids, vocab = inp.device_tokens.ids, model.vocab_size  # type: ignore[union-attr]
+    host_ids, stale = inp.host_tokens.placeholder_buffer(), inp.host_tokens.stale.numpy()
+
+    def checks() -> None:
+        tokens_module._check_in_vocabulary(ids, vocab)
+        tokens_module._check_fresh_positions(host_ids, stale)
+        forward_input_module._check_logits_in_step(inp.logits_indices, inp.num_tokens)
+
+    step_us, check_us, ratios = [], [], []
+    for _ in range(3):  # warm-up
+        bare(model, inp)
+        checks()
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(2):
+            bare(model, inp)
+        step = (time.perf_counter() - start) / 2
+        start = time.perf_counter()
+        for _ in range(20):
+            checks()
+        check = (time.perf_counter() - start) / 20
+        step_us.append(step * 1e6)
+        check_us.append(check * 1e6)
+        ratios.append((step + check) / step)
+    ours = statistics.median(step_us) + statistics.median(check_us)
+    return row(
+        f"decode step + CPU value checks of the type states, {PRESET}, {NUM_ROWS} rows",
+        ours,
+        statistics.median(step_us),
+        unit="µs per step",
+        target="<= 1.02",
+        ok=statistics.median(ratios) <= 1.02,
+        checks_us=round(statistics.median(check_us), 2),
+        ratio_min_median_max=(round(min(ratios), 4), round(statistics.median(ratios), 4), round(max(ratios), 4)),
+    )
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
@@ -126,6 +177,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                         bare_min_max_us=(round(step["bare"]["min"], 1), round(step["bare"]["max"], 1)),
                     )
                 )
+            rows.append(value_checks_row(bare, model, inp, 81 if quick else 401))
     finally:
         torch.set_num_threads(threads)
     return rows
@@ -138,7 +190,10 @@ def main() -> None:
     results = run(args.quick)
     print_table(results)
     for r in results:
-        print(f"  {r['measure']}: boundary cost {r['overhead_us']} µs per call (no-op forward)")
+        if "overhead_us" in r:
+            print(f"  {r['measure']}: boundary cost {r['overhead_us']} µs per call (no-op forward)")
+        else:
+            print(f"  {r['measure']}: checks {r['checks_us']} µs; ratio min/median/max {r['ratio_min_median_max']}")
 
 
 if __name__ == "__main__":

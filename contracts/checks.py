@@ -2,8 +2,8 @@
 
 ``boundary`` (the default) validates each type state once where it is created and checks every
 registered forward's arguments and returned logits, re-proving the shape/dtype signature only when it
-changes. ``full`` re-runs every check on every call and adds value checks on CPU tensors (ids within
-the vocabulary). ``off`` calls forwards unchecked. The environment variable is read once, on first
+changes. ``full`` re-runs every check on every call. ``off`` calls forwards unchecked. The type
+states' own invariants — including id ranges of CPU tensors — are validated in every mode. The environment variable is read once, on first
 use; :func:`set_checks_mode` and :func:`checks_mode` override it in-process.
 """
 

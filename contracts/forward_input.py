@@ -3,6 +3,10 @@
 A runner builds exactly one :class:`ForwardInput` per step and its invariants are validated once,
 here, at construction — entry points then only check identity and metadata, which keeps the checked
 boundary nearly free. Validation reads metadata and host tensors only; it never syncs a device.
+
+It also carries the batch metadata a forward needs (``num_tokens``, ``num_rows``, ``num_logits``,
+``logit_rows``, ``layout.rows``...), so no forward has to touch host token ids for metadata: such a
+read raises on a step with spliced rows, and the routing checker reports it.
 """
 
 from __future__ import annotations
@@ -128,6 +132,41 @@ class BatchLayout:
     def num_logits(self) -> int:
         return self.logits_indices.shape[0]
 
+    @property
+    def query_lens(self) -> torch.Tensor:
+        """``[num_rows]`` int64 CPU: query tokens of each row this step."""
+        qsl = self.query_start_loc.long()
+        return qsl[1:] - qsl[:-1]
+
+    @property
+    def logit_rows(self) -> torch.Tensor:
+        """``[num_logits]`` int64 CPU: the batch row each logit belongs to (for per-row logits work
+        such as penalties, without touching token ids)."""
+        qsl = self.query_start_loc.numpy()
+        rows = np.searchsorted(qsl, self.logits_indices.numpy(), side="right") - 1  # [num_logits]
+        return torch.from_numpy(rows.astype(np.int64))
+
+    @property
+    def logit_slots(self) -> torch.Tensor:
+        """``[num_logits]`` int64 CPU: the persistent slot of each logit's request."""
+        return self.slots.long().index_select(0, self.logit_rows)
+
+
+def _check_logits_in_step(logits_indices: torch.Tensor, num_tokens: int) -> None:
+    """The execution-device copy of ``logits_indices`` must point inside the step too. On the CPU
+    that costs no sync; on a CUDA device only its shape is checked (``layout``'s host copy is
+    validated by :class:`BatchLayout`)."""
+    if logits_indices.device.type != "cpu" or not logits_indices.numel():
+        return
+    values = logits_indices.numpy()  # [num_logits]
+    # Viewed as unsigned, a negative index is huge: one reduction checks both ends.
+    if int(values.view(np.uint32 if values.dtype == np.int32 else np.uint64).max()) >= num_tokens:
+        raise ContractViolation(
+            f"ForwardInput.logits_indices must lie in [0, num_tokens={num_tokens}), got "
+            f"{values[:8].tolist()}{' ...' if values.size > 8 else ''}; pass the same values as "
+            "layout.logits_indices."
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ForwardInput:
@@ -180,6 +219,7 @@ class ForwardInput:
         self._check_tensor("positions", self.positions, (n,), device)
         self._check_tensor("logits_indices", self.logits_indices, (self.layout.num_logits,), device)
         self._check_tensor("slots", self.slots, (self.layout.num_rows,), device)
+        _check_logits_in_step(self.logits_indices, n)
         if self.device_tokens is not None:
             if self.device_tokens.num_tokens != n or self.device_tokens.device != device:
                 raise ContractViolation(
@@ -219,6 +259,15 @@ class ForwardInput:
     @property
     def num_logits(self) -> int:
         return self.layout.num_logits
+
+    @property
+    def num_rows(self) -> int:
+        return self.layout.num_rows
+
+    @property
+    def logit_rows(self) -> torch.Tensor:
+        """``[num_logits]`` int64 CPU: the batch row of each logit (see :attr:`BatchLayout.logit_rows`)."""
+        return self.layout.logit_rows
 
     @property
     def has_stale_rows(self) -> bool:

@@ -16,7 +16,6 @@ from typing import Final, final
 import numpy as np
 import torch
 
-from tokenstate.contracts.checks import get_checks_mode
 from tokenstate.contracts.errors import ContractViolation, StaleHostTokensError
 
 __all__ = ["PLACEHOLDER", "TOKEN_ID_DTYPES", "DeviceTokens", "HostTokens"]
@@ -28,6 +27,7 @@ embedding refuses it instead of reading a real (wrong) row."""
 TOKEN_ID_DTYPES: Final[tuple[torch.dtype, ...]] = (torch.int32, torch.int64)
 
 _CPU: Final = torch.device("cpu")
+_UNSIGNED: Final = {4: np.uint32, 8: np.uint64}  # itemsize of int32 / int64 -> same-width unsigned
 
 _STALE_FIX = (
     "Fix: read `inp.device_tokens.ids` (or `inp.embedding_ids()`) in the forward and register the "
@@ -46,6 +46,45 @@ def _require_ids(name: str, ids: object, device: torch.device | None = None) -> 
     if device is not None and ids.device != device:
         raise ContractViolation(f"{name}: ids must be on {device}, got {ids.device}.")
     return ids
+
+
+def _check_fresh_positions(ids: torch.Tensor, stale: np.ndarray) -> None:
+    """Refuse a negative id (a placeholder) at a position the stale mask calls fresh.
+
+    Host ids are on the CPU, so this costs no device sync and is checked in every checks mode: a
+    fresh position holding a placeholder is exactly what the type state exists to rule out.
+    """
+    values = ids.numpy()  # [num_tokens], shares memory
+    if values.size and np.greater(values < 0, stale).any():  # negative and not stale
+        negative = np.flatnonzero((values < 0) & ~stale)  # [num_bad] positions
+        raise ContractViolation(
+            f"HostTokens: positions {negative[:8].tolist()} are not marked stale but hold negative ids "
+            f"(PLACEHOLDER is {PLACEHOLDER}); a fresh position must hold a real token id. Mark spliced "
+            "positions with stale_position_mask(), or use HostTokens(...) instead of "
+            "HostTokens.fresh(...) when some rows are spliced."
+        )
+
+
+def _check_in_vocabulary(ids: torch.Tensor, vocab_size: int) -> None:
+    """Refuse device ids outside ``[0, vocab_size)`` wherever that costs no device sync.
+
+    Holding :class:`DeviceTokens` is the proof that no placeholder is inside. On the CPU that costs
+    one numpy reduction, so it is checked in every checks mode; on a CUDA device a reduction is a device
+    sync — the very thing the async path exists to avoid — so there the guarded embedding is the
+    check.
+    """
+    if ids.device.type != "cpu" or not ids.numel():
+        return
+    values = ids.numpy()  # [num_tokens], shares memory
+    # One reduction: viewed as unsigned, a negative id is huge, so `max >= vocab` catches both ends.
+    if int(values.view(_UNSIGNED[values.dtype.itemsize]).max()) >= vocab_size:
+        lo, hi = int(values.min()), int(values.max())
+        bad = np.flatnonzero((values < 0) | (values >= vocab_size))[:8].tolist()
+        raise ContractViolation(
+            f"DeviceTokens: ids must lie in [0, {vocab_size}), got min {lo}, max {hi} (positions "
+            f"{bad}); a PLACEHOLDER ({PLACEHOLDER}) here means the combine step did not splice "
+            "every stale position. Fix the combine step (or the vocab_size passed to it)."
+        )
 
 
 def _rows_of(positions: list[int], query_start_loc: list[int]) -> list[int]:
@@ -107,14 +146,9 @@ class HostTokens:
         self._query_start_loc = qsl  # num_rows + 1 ints
         self._slots = slots.tolist()  # num_rows ints
         # numpy's flatnonzero: a few µs where torch's CPU nonzero costs ~20 (once per step).
-        self._stale_positions: list[int] = np.flatnonzero(stale.numpy()).tolist()
-        if get_checks_mode() == "full":
-            fresh_ids = ids[~stale]
-            if fresh_ids.numel() and int(fresh_ids.min()) < 0:
-                raise ContractViolation(
-                    "HostTokens: a position not marked stale holds a negative id (PLACEHOLDER is -1); "
-                    "the stale mask must come from stale_position_mask()."
-                )
+        stale_np = stale.numpy()
+        self._stale_positions: list[int] = np.flatnonzero(stale_np).tolist()
+        _check_fresh_positions(ids, stale_np)
 
     @classmethod
     def fresh(cls, ids: torch.Tensor, query_start_loc: torch.Tensor, slots: torch.Tensor) -> HostTokens:
@@ -216,14 +250,7 @@ class DeviceTokens:
             raise ContractViolation(f"DeviceTokens: vocab_size must be a positive int, got {vocab_size!r}.")
         if not ids.is_contiguous():
             raise ContractViolation("DeviceTokens: ids must be contiguous.")
-        if get_checks_mode() == "full" and ids.device.type == "cpu" and ids.numel():
-            # Only on the CPU: a min/max on a CUDA tensor is a device sync, which the async path
-            # exists to avoid (the guarded embedding checks there instead).
-            lo, hi = int(ids.min()), int(ids.max())
-            if lo < 0 or hi >= vocab_size:
-                raise ContractViolation(
-                    f"DeviceTokens: ids must lie in [0, {vocab_size}), got min {lo}, max {hi}."
-                )
+        _check_in_vocabulary(ids, vocab_size)
         self._ids = ids  # [num_tokens]
         self._vocab_size = vocab_size
 

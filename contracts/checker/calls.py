@@ -15,11 +15,13 @@ from tokenstate.contracts.checker.frame import Event, Frame, Summary
 from tokenstate.contracts.checker.resolve import decorator_names
 from tokenstate.contracts.checker.values import (
     OPAQUE,
+    RETURNS_SELF,
     Bound,
     Cell,
     ClassInfo,
     ClassRef,
     External,
+    Flag,
     Func,
     GenCM,
     Ids,
@@ -41,29 +43,50 @@ from tokenstate.contracts.checker.values import (
 if TYPE_CHECKING:
     from tokenstate.contracts.checker.engine import Analyzer
 
-__all__ = ["CallMixin"]
+__all__ = ["HOST_READ", "RAW_READ", "SPREAD", "CallMixin", "kwarg_value"]
 
 MAX_DEPTH = 64
-_PLAIN_BUILTINS = frozenset(
-    "len isinstance issubclass hasattr id print str repr bool int float callable hash format "
-    "setattr delattr vars dir any all".split()
-)
-_SEQ_BUILTINS = frozenset("list tuple reversed sorted iter set frozenset".split())
+SPREAD = "**"
+"""Keyword name of a ``**mapping`` argument whose keys are not known constants."""
+
+HOST_READ = "reads host ids (raises StaleHostTokensError on a step with spliced rows)"
+RAW_READ = "reads the raw host buffer (PLACEHOLDER at every spliced position)"
 
 
-def _kwarg(kwargs: tuple[tuple[str, Value], ...], names: tuple[str, ...]) -> Value | None:
-    return next((v for k, v in kwargs if k in names), None)
+def kwarg_value(kwargs: tuple[tuple[str, Value], ...], names: tuple[str, ...]) -> Value | None:
+    """The argument passed by one of the keyword ``names`` (or through an unknown ``**`` spread)."""
+    found = next((v for k, v in kwargs if k in names), None)
+    return found if found is not None else next((v for k, v in kwargs if k == SPREAD), None)
 
 
 class CallMixin:
     def decorators(self: Analyzer, func: Func) -> set[str]:
         return decorator_names(func.info.node)
 
+    def current(self: Analyzer, frame: Frame, inst: Instance) -> Instance:
+        """``inst`` with the attributes this frame's calls have assigned on its class since construction."""
+        writes = frame.obj_writes.get(inst.info)
+        if not writes:
+            return inst
+        fields = dict(inst.fields)
+        for name, value in writes.items():
+            fields[name] = join(fields.get(name), value)
+        return Instance(inst.info, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
+
     def sink(self: Analyzer, frame: Frame, desc: str, ids: Value, node: ast.AST) -> None:
         if has_ids(ids) or isinstance(taint(ids), Unknown) or any(
             isinstance(v, Unknown) for v in getattr(taint(ids), "options", ())
         ):
             frame.add_event(Event("sink", taint(ids), desc, (frame.hop(getattr(node, "lineno", 0)),)))
+
+    def host_read(self: Analyzer, frame: Frame, kind: str, what: str, node: ast.AST) -> Ids:
+        """Host ids read at ``node``: outside a freshness guard the read itself is a finding,
+        whatever the ids are then used for (only the embedding counting was the old blind spot)."""
+        ids = self.origin(frame, kind, what, node)
+        if kind != "host_fresh":
+            desc = RAW_READ if kind == "host_raw" else HOST_READ
+            frame.add_event(Event("sink", ids, desc, (frame.hop(getattr(node, "lineno", 0)),)))
+        return ids
 
     def unresolved(self: Analyzer, frame: Frame, callee: Unknown, node: ast.AST) -> None:
         frame.add_event(Event("unresolved", callee, "call", (frame.hop(getattr(node, "lineno", 0)),)))
@@ -77,7 +100,13 @@ class CallMixin:
                 args += value.items if isinstance(value, Seq) and value.items is not None else [element_of(value)]
             else:
                 args.append(value)
-        kwargs = tuple((kw.arg, self.eval(frame, kw.value)) for kw in node.keywords if kw.arg is not None)
+        kwargs = self.keywords(frame, node.keywords)
+        if func == External("builtins.isinstance") and len(node.args) == 2:
+            return self.flag_of(frame, node) or OPAQUE
+        if func == External("builtins.bool") and args and isinstance(args[0], Flag):
+            return args[0]
+        if isinstance(func, External) and func.dotted in ("importlib.import_module", "builtins.__import__"):
+            return self.import_module(frame, func.dotted, node)
         if func == External("builtins.getattr") and len(node.args) >= 2:
             name = node.args[1]
             if isinstance(name, ast.Constant) and isinstance(name.value, str):
@@ -94,17 +123,37 @@ class CallMixin:
             return Super(owner, receiver) if isinstance(owner, ClassInfo) else self.unknown(frame, "super() outside a method", node)
         return self.call(frame, func, tuple(args), kwargs, node)
 
+    def keywords(self: Analyzer, frame: Frame, keywords: list[ast.keyword]) -> tuple[tuple[str, Value], ...]:
+        """Keyword arguments; ``**mapping`` expands to its constant keys, else to :data:`SPREAD`."""
+        out: list[tuple[str, Value]] = []
+        for kw in keywords:
+            value = self.eval(frame, kw.value)
+            if kw.arg is not None:
+                out.append((kw.arg, value))
+            elif isinstance(value, MapV) and value.items is not None and all(isinstance(k, str) for k, _ in value.items):
+                out += [(str(k), v) for k, v in value.items]
+            else:
+                out.append((SPREAD, value.values if isinstance(value, MapV) else taint(value)))
+        return tuple(out)
+
     def call(self: Analyzer, frame: Frame, func: Value, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
         if hasattr(func, "options"):
             return join(*(self.call(frame, o, args, kwargs, node) for o in func.options))  # type: ignore[attr-defined]
         if isinstance(func, Func):
+            wrapper = self.opaque_wrapper(func)
+            if wrapper is not None:
+                hidden = self.unknown(
+                    frame, f"{func.info.dotted} is wrapped by @{wrapper}, whose compiled or captured code the "
+                    "checker does not follow", node,
+                )
+                return self.call(frame, hidden, args, kwargs, node)
             if "contextmanager" in self.decorators(func):
                 return GenCM(func, args, kwargs)
             return self.invoke(frame, func, args, kwargs, node).ret
         if isinstance(func, ClassRef):
             return self.instantiate(frame, func.info, args, kwargs, node)
         if isinstance(func, Instance):
-            return self.call_instance(frame, func, args, kwargs, node)
+            return self.call_instance(frame, self.current(frame, func), args, kwargs, node)
         if isinstance(func, Partial):
             return self.call(frame, func.target, func.args + args, func.kwargs + kwargs, node)
         if isinstance(func, Seq) and func.pipeline:
@@ -132,7 +181,7 @@ class CallMixin:
         sink = self.sink_base(inst.info)
         if sink is not None:
             spec = self.sink_modules[sink]
-            ids = args[spec.ids_index] if len(args) > spec.ids_index else _kwarg(kwargs, spec.ids_keywords)
+            ids = args[spec.ids_index] if len(args) > spec.ids_index else kwarg_value(kwargs, spec.ids_keywords)
             self.sink(frame, f"{inst.info.dotted}(ids) [{sink}]", ids or OPAQUE, node)
             return OPAQUE
         for name in ("__call__", "forward"):
@@ -141,61 +190,16 @@ class CallMixin:
                 return self.call(frame, self.bind_member(frame, member[0], inst, node), args, kwargs, node)
         return self.call(frame, self.unknown(frame, f"{inst.info.dotted} instance is not callable", node), args, kwargs, node)
 
-    def call_external(self: Analyzer, frame: Frame, func: External, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
-        dotted = self.canonical(func.dotted)
-        table = self.sink_modules if func.instance else self.sink_functions
-        spec = table.get(dotted)
-        if spec is not None:
-            ids = args[spec.ids_index] if len(args) > spec.ids_index else _kwarg(kwargs, spec.ids_keywords)
-            self.sink(frame, f"{dotted}(ids)", ids or OPAQUE, node)
-            return OPAQUE
-        derived = join(*(taint(v) for v in (*args, *(v for _, v in kwargs))))
-        if func.instance:
-            return derived
-        name = dotted.rpartition(".")[2]
-        first = args[0] if args else OPAQUE
-        if dotted == "functools.partial" and args:
-            return Partial(args[0], args[1:], kwargs)
-        if dotted.startswith("builtins."):
-            if name in _PLAIN_BUILTINS:
-                return OPAQUE
-            if name == "type":
-                return ClassRef(first.info) if isinstance(first, Instance) else OPAQUE
-            if name == "range":
-                return Seq(None, OPAQUE)
-            if name == "enumerate":
-                return Seq(None, Seq((OPAQUE, element_of(first)), element_of(first)))
-            if name == "zip":
-                parts = tuple(element_of(a) for a in args)
-                return Seq(None, Seq(parts, join(*parts)))
-            if name in _SEQ_BUILTINS:
-                return Seq(None, element_of(first)) if args else Seq((), OPAQUE)
-            if name == "next":
-                return element_of(first)
-            if name == "dict":
-                return MapV(join(first.values if isinstance(first, MapV) else OPAQUE, *(v for _, v in kwargs)))
-        if name in ("ModuleList", "ParameterList"):
-            return Seq(first.items, first.elem) if isinstance(first, Seq) else Seq((), OPAQUE)
-        if name == "Sequential":
-            return Seq(args, join(*args), pipeline=True)
-        if name in ("ModuleDict", "ParameterDict", "OrderedDict"):
-            return MapV(first.values if isinstance(first, MapV) else OPAQUE)
-        if dotted.endswith("DeviceTokens.from_host"):
-            return Tokens("host")  # an upload of host ids: only as fresh as the host ids themselves
-        if any(isinstance(v, Input | Tokens) for v in (*args, *(v for _, v in kwargs))) and not self.config.is_modeled(dotted):
-            self.unresolved(frame, self.unknown(frame, f"passes the forward input to {dotted}, outside the analysed modules", node), node)
-        if name[:1].isupper():
-            return External(dotted, instance=True)
-        return derived
-
     def call_bound(self: Analyzer, frame: Frame, func: Bound, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
         base, name = func.base, func.name
         if isinstance(base, Input) and name == "embedding_ids":
             return self.origin(frame, "device", "inp.embedding_ids()", node)
         if base == Tokens("host") and name == "row_ids":
-            return self.origin(frame, "host_fresh" if frame.fresh else "host", "inp.host_tokens.row_ids()", node)
+            return self.host_read(frame, "host_fresh" if frame.fresh else "host", "inp.host_tokens.row_ids()", node)
         if base == Tokens("host") and name == "placeholder_buffer":
-            return self.origin(frame, "host_raw", "inp.host_tokens.placeholder_buffer()", node)
+            return self.host_read(frame, "host_raw", "inp.host_tokens.placeholder_buffer()", node)
+        if isinstance(base, Instance) and name in RETURNS_SELF:
+            return base
         if isinstance(base, Cell):
             if name in ("set", "append", "insert") and args:
                 frame.write_cell(base.name, args[-1])
@@ -204,12 +208,18 @@ class CallMixin:
                 return self.read_cell(frame, base.name, node)
             return OPAQUE
         if isinstance(base, MapV):
-            return base.values if name in ("get", "pop", "setdefault") else Seq(None, base.values)
+            if name in ("get", "pop", "setdefault"):
+                key = node.args[0] if isinstance(node, ast.Call) and node.args else None
+                found = base.lookup(key.value) if isinstance(key, ast.Constant) else base.values
+                return join(found, *args[1:]) if len(args) > 1 else found
+            if name == "items":
+                return Seq(None, Seq((OPAQUE, base.values), base.values))
+            return Seq(None, base.values)
         if isinstance(base, Seq):
             return element_of(base) if name == "pop" else OPAQUE
         gather = dict(self.config.gather_methods).get(name)
         if gather is not None and not isinstance(base, Ids):
-            ids = args[gather] if len(args) > gather else _kwarg(kwargs, ("index",))
+            ids = args[gather] if len(args) > gather else kwarg_value(kwargs, ("index",))
             if ids is not None and has_ids(ids):
                 self.sink(frame, f"table.{name}(ids) gather", ids, node)
                 return OPAQUE
@@ -237,9 +247,14 @@ class CallMixin:
             frame.add_event(Event(event.kind, event.ids, event.sink, (call_hop, *event.hops)))
         for cell, value in (summary.yield_writes or ()) if enter else summary.writes:
             frame.write_cell(cell, value)
-        if func.bound is not None and func.bound == frame.self_value:
+        for info, writes in summary.obj_writes:
+            frame.record_writes(info, writes)
+        if func.bound is not None and (func.bound == frame.self_value or func.bound in frame.self_aliases):
             for name, value in summary.self_writes:
                 frame.self_writes[name] = join(frame.self_writes.get(name), value)
+        elif isinstance(func.bound, Instance) and not func.info.qualname.endswith(".__init__"):
+            # `model.prepare(inp)` then `model.run()`: what prepare assigned on self is seen by run
+            frame.record_writes(func.bound.info, summary.self_writes)
         return summary
 
     def instantiate(self: Analyzer, frame: Frame, cls: ClassInfo, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:

@@ -19,6 +19,7 @@ of its arguments.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -66,6 +67,22 @@ DEFAULT_GATHER_METHODS: tuple[tuple[str, int], ...] = (("index_select", 1),)
 
 DEFAULT_MODELED: tuple[str, ...] = ("tokenstate.contracts", "tokenstate.runtime.kernels")
 
+# Decorators whose result runs the function's body out of the checker's sight (compiled, scripted,
+# traced, graph-captured): a call through one is `unknown`. Other decorators are assumed to return
+# the function they wrap.
+DEFAULT_OPAQUE_WRAPPERS: frozenset[str] = frozenset({
+    "torch.compile",
+    "torch.compiler.compile",
+    "torch.jit.script",
+    "torch.jit.trace",
+    "torch.jit.trace_module",
+    "torch.utils.checkpoint.checkpoint",
+    "torch.cuda.make_graphed_callables",
+    "torch.vmap",
+    "torch.func.vmap",
+    "torch.func.functional_call",
+})
+
 
 @dataclass(frozen=True)
 class CheckerConfig:
@@ -80,6 +97,8 @@ class CheckerConfig:
         search_paths: extra directories to locate analysed modules in (like ``sys.path`` entries,
             searched first); nothing is imported from them.
         display_root: file names in reports are shown relative to this directory when inside it.
+        opaque_wrappers: decorators whose wrapped function is not followed (its calls are
+            ``unknown``); any analysed function or module *passed* to external code is too.
     """
 
     sinks: tuple[SinkSpec, ...] = DEFAULT_SINKS
@@ -89,13 +108,11 @@ class CheckerConfig:
     modeled: tuple[str, ...] = DEFAULT_MODELED
     search_paths: tuple[Path, ...] = ()
     display_root: Path = field(default_factory=Path.cwd)
+    opaque_wrappers: frozenset[str] = DEFAULT_OPAQUE_WRAPPERS
 
     def with_roots(self, extra: Iterable[str]) -> CheckerConfig:
         """A copy that also analyses the given top-level packages."""
-        return CheckerConfig(
-            self.sinks, self.gather_methods, self.index_is_sink, self.roots | frozenset(extra),
-            self.modeled, self.search_paths, self.display_root,
-        )
+        return dataclasses.replace(self, roots=self.roots | frozenset(extra))
 
     def is_modeled(self, module: str) -> bool:
         return any(module == m or module.startswith(m + ".") for m in self.modeled)

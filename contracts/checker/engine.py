@@ -10,10 +10,11 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
-from tokenstate.contracts.checker.calls import CallMixin
+from tokenstate.contracts.checker.calls import HOST_READ, RAW_READ, SPREAD, CallMixin
 from tokenstate.contracts.checker.config import CheckerConfig, SinkSpec
 from tokenstate.contracts.checker.evaluate import ExprMixin
 from tokenstate.contracts.checker.execute import StmtMixin
+from tokenstate.contracts.checker.externals import HIDDEN, ExternalMixin
 from tokenstate.contracts.checker.frame import Event, Frame, Summary
 from tokenstate.contracts.checker.guards import GuardMixin
 from tokenstate.contracts.checker.report import (
@@ -45,7 +46,7 @@ _HOST_KINDS = {"host": "ignores", "host_raw": "ignores", "host_fresh": "honors",
 _ORDER = {"ignores": 0, "unknown": 1, "honors": 2}
 
 
-class Analyzer(CallMixin, StmtMixin, ExprMixin, GuardMixin, ResolverMixin):
+class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, ResolverMixin):
     """One checker run: shared parse tables, name resolution and function summaries."""
 
     def __init__(self, config: CheckerConfig) -> None:
@@ -55,6 +56,7 @@ class Analyzer(CallMixin, StmtMixin, ExprMixin, GuardMixin, ResolverMixin):
         self.memo: dict[tuple[object, ...], Summary] = {}
         self.in_progress: set[tuple[object, ...]] = set()
         self._generators: dict[ast.AST, bool] = {}
+        self._wrappers: dict[ast.AST, str | None] = {}
         self.sink_functions: dict[str, SinkSpec] = {
             self.canonical(s.dotted): s for s in config.sinks if s.kind == "function"
         }
@@ -85,6 +87,7 @@ class Analyzer(CallMixin, StmtMixin, ExprMixin, GuardMixin, ResolverMixin):
             tuple(frame.self_writes.items()),
             None if frame.yield_writes is None else tuple(frame.yield_writes.items()),
             frame.yield_value,
+            tuple((info, tuple(writes.items())) for info, writes in frame.obj_writes.items()),
         )
 
     def is_generator(self, node: ast.AST) -> bool:
@@ -104,14 +107,20 @@ class Analyzer(CallMixin, StmtMixin, ExprMixin, GuardMixin, ResolverMixin):
         if spec.vararg is not None:
             env[spec.vararg.arg] = Seq(values[len(positional):], join(*values[len(positional):]))
         names = {p.arg for p in [*positional, *spec.kwonlyargs]}
-        extra = []
+        extra: list[tuple[str, Value]] = []
+        spread = [value for key, value in kwargs if key == SPREAD]
         for key, value in kwargs:
             if key in names:
                 env[key] = value
-            else:
-                extra.append(value)
+            elif key != SPREAD:
+                extra.append((key, value))
+        if spread:  # **mapping with unknown keys: any parameter not given otherwise may get any value
+            for param in [*positional, *spec.kwonlyargs]:
+                if param.arg not in env:
+                    env[param.arg] = join(*spread)
         if spec.kwarg is not None:
-            env[spec.kwarg.arg] = MapV(join(*extra))
+            values = join(*(v for _, v in extra), *spread)
+            env[spec.kwarg.arg] = MapV(values, None if spread else tuple(extra))
         module_frame = self.module_frame(frame.module)
         module_frame.closure = frame.closure
         defaults = dict(zip([p.arg for p in positional][len(positional) - len(spec.defaults):], spec.defaults, strict=False))
@@ -149,7 +158,8 @@ class Analyzer(CallMixin, StmtMixin, ExprMixin, GuardMixin, ResolverMixin):
             return result
         result.routes = sorted(
             {r for event in summary.events for r in self.routes(event)},
-            key=lambda r: (_ORDER[r.kind], r.hops, r.sink, r.source),
+            # embeddings before plain reads: the first route of a kind is the one to show
+            key=lambda r: (_ORDER[r.kind], r.sink in (HOST_READ, RAW_READ), r.hops, r.sink, r.source),
         )
         kinds = {r.kind for r in result.routes}
         result.verdict = next(
@@ -187,6 +197,12 @@ class Analyzer(CallMixin, StmtMixin, ExprMixin, GuardMixin, ResolverMixin):
         return tuple(args)
 
     def model_value(self, frame: Frame, target: EntryTarget, annotation: ast.expr | None) -> Value:
+        """The model the forward receives: what the factory's build returns (the runtime passes
+        exactly that, so a subclass built for an annotated base is analysed as the subclass), else
+        an instance of the annotated class."""
+        built = self.built_model(frame, target)
+        if built is not None:
+            return built
         if annotation is not None:
             if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
                 annotation = ast.parse(annotation.value, mode="eval").body
@@ -194,16 +210,23 @@ class Analyzer(CallMixin, StmtMixin, ExprMixin, GuardMixin, ResolverMixin):
             options = getattr(classes, "options", (classes,))
             if all(isinstance(o, ClassRef) for o in options):
                 return join(*(self.instantiate(frame, o.info, (), (), annotation) for o in options))
-        if target.model_module and target.model_qualname:
-            build = self.resolve_global(target.model_module, target.model_qualname)
-            if isinstance(build, Func):
-                built = self.invoke(frame, build, (), (), ast.Pass()).ret
-                if all(isinstance(o, Instance) for o in getattr(built, "options", (built,))):
-                    return built
         return Unknown(
             "the model's class is unknown: annotate the forward's model parameter with its class",
             frame.file, 0,
         )
+
+    def built_model(self, frame: Frame, target: EntryTarget) -> Value | None:
+        if not (target.model_module and target.model_qualname):
+            return None
+        build = self.resolve_global(target.model_module, target.model_qualname)
+        if not isinstance(build, Func):
+            return None
+        built = self.invoke(frame, build, (), (), ast.Pass()).ret
+        options = getattr(built, "options", (built,))
+        if all(isinstance(o, Instance) for o in options):
+            return built
+        hidden = [o for o in options if isinstance(o, Unknown) and HIDDEN in o.reason]
+        return hidden[0] if hidden else None  # torch.compile(model): the forward gets a wrapper
 
     def routes(self, event: Event) -> list[Route]:
         if event.kind == "unresolved":

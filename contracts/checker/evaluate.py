@@ -4,8 +4,14 @@ Sources of ids (the contract of ``tokenstate.contracts``):
 
 * ``inp.device_tokens.ids`` and ``inp.embedding_ids()`` — device ids (honour the contract);
 * ``inp.host_tokens.ids`` / ``.row_ids(r)`` — host ids: *fresh* on a path guarded by
-  ``inp.device_tokens is None`` or ``not inp.has_stale_rows``, otherwise possibly placeholders;
+  ``inp.device_tokens is None`` or ``not inp.has_stale_rows`` (see :mod:`.guards`), otherwise
+  possibly placeholders;
 * ``inp.host_tokens.placeholder_buffer()`` — the raw host buffer, never fit to embed.
+
+Outside a freshness guard, *reading* host ids is itself a finding, whatever the ids are used for
+(an embedding, a penalty, a bias table, ``len()``, logging): ``HostTokens.ids`` raises on a step
+with spliced rows, and the raw buffer holds placeholders there. Only metadata that never touches
+ids (``inp.num_tokens``, ``inp.host_tokens.stale``...) is free.
 """
 
 from __future__ import annotations
@@ -14,16 +20,18 @@ import ast
 from typing import TYPE_CHECKING
 
 from tokenstate.contracts.checker.frame import Frame
-from tokenstate.contracts.checker.guards import Facts, expression_path
+from tokenstate.contracts.checker.guards import Facts, expression_path, is_none_compare
 from tokenstate.contracts.checker.sources import ModuleInfo
 from tokenstate.contracts.checker.values import (
     METADATA_ATTRS,
     OPAQUE,
+    RETURNS_SELF,
     Bound,
     Cell,
     ClassInfo,
     ClassRef,
     External,
+    Flag,
     Func,
     FuncInfo,
     Ids,
@@ -62,6 +70,15 @@ def element_of(value: Value) -> Value:
     return taint(value)
 
 
+def negate(value: Value) -> Value:
+    """``not value``: a device-ids flag swaps its sides; anything else is plain data."""
+    if isinstance(value, Flag):
+        return value.negated()
+    if hasattr(value, "options") and any(isinstance(o, Flag) for o in value.options):  # type: ignore[attr-defined]
+        return join(*(negate(o) for o in value.options))  # type: ignore[attr-defined]
+    return OPAQUE
+
+
 class ExprMixin:
     def module_frame(self: Analyzer, info: ModuleInfo) -> Frame:
         return Frame(None, info, self.config.display(info.file), {}, {}, False, 0)
@@ -98,13 +115,25 @@ class ExprMixin:
             for key in node.keys:
                 if key is not None:
                     self.eval(frame, key)
-            return MapV(join(*values))
+            constant = all(isinstance(k, ast.Constant) for k in node.keys)
+            items = tuple((k.value, v) for k, v in zip(node.keys, values, strict=True)) if constant else None  # type: ignore[union-attr]
+            return MapV(join(*values), items)
         if isinstance(node, ast.BoolOp):
-            return join(*(self.eval(frame, v) for v in node.values))
+            flag = self.flag_of(frame, node)
+            return flag if flag is not None else join(*(self.eval(frame, v) for v in node.values))
         if isinstance(node, ast.BinOp):
             return join(taint(self.eval(frame, node.left)), taint(self.eval(frame, node.right)))
         if isinstance(node, ast.UnaryOp):
-            return taint(self.eval(frame, node.operand))
+            operand = self.eval(frame, node.operand)
+            if isinstance(node.op, ast.Not):
+                return negate(operand)
+            return taint(operand)
+        if is_none_compare(node):
+            assert isinstance(node, ast.Compare)
+            when_true, when_false = self.none_compare_facts(frame, node)
+            if when_true.fresh or when_false.fresh:
+                return Flag(when_true.fresh, when_false.fresh)
+            return OPAQUE
         if isinstance(node, ast.Compare):
             for part in (node.left, *node.comparators):
                 self.eval(frame, part)
@@ -187,10 +216,11 @@ class ExprMixin:
             if name == "ids":
                 if base.kind == "device":
                     return self.origin(frame, "device", "inp.device_tokens.ids", node)
-                kind = "host_fresh" if frame.fresh else "host"
-                return self.origin(frame, kind, "inp.host_tokens.ids", node)
+                return self.host_read(frame, "host" if not frame.fresh else "host_fresh", "inp.host_tokens.ids", node)
             if name in ("row_ids", "placeholder_buffer", "has_stale"):
                 return Bound(base, name)
+            if name == "_ids" and base.kind == "host":  # the private buffer: the raw read, bypassed
+                return self.host_read(frame, "host_raw", "inp.host_tokens._ids", node)
             return OPAQUE
         if isinstance(base, Ids | Bound | Opaque):
             # a tensor method or attribute: ids flow through it unless it is metadata
@@ -198,7 +228,7 @@ class ExprMixin:
         if isinstance(base, Seq | MapV):
             return Bound(base, name)
         if isinstance(base, Instance):
-            return self.instance_attribute(frame, base, name, node)
+            return self.instance_attribute(frame, self.current(frame, base), name, node)
         if isinstance(base, ClassRef):
             cell = self.class_cell_for(base.info, name)
             if cell is not None:
@@ -241,11 +271,21 @@ class ExprMixin:
             return self.unknown(
                 frame, f"{base.info.dotted}.{name} is neither set in __init__ nor defined on the class", node
             )
+        if base == frame.self_value and frame.self_writes:
+            # self.run() after self.prepare(): the callee sees what this method assigned so far
+            fields = dict(base.fields)
+            fields.update(frame.self_writes)
+            base = Instance(base.info, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
+            frame.self_aliases.add(base)
         return self.bind_member(frame, member[0], base, node)
 
     def bind_member(self: Analyzer, frame: Frame, member: Value, receiver: Value, node: ast.AST) -> Value:
         if isinstance(member, External):
-            return Bound(OPAQUE, member.dotted.rpartition(".")[2])
+            owner, _, attr = member.dotted.rpartition(".")
+            if attr in ("forward", "__call__") and self.canonical(owner) in self.sink_modules:
+                # super().forward(ids) in an nn.Embedding subclass: the inherited lookup is the sink
+                return External(owner, instance=True)
+            return Bound(receiver if isinstance(receiver, Instance) and attr in RETURNS_SELF else OPAQUE, attr)
         if not isinstance(member, Func) or member.bound is not None:
             return member
         decorators = self.decorators(member)
@@ -276,7 +316,8 @@ class ExprMixin:
                     return base.items[position]
             return base if isinstance(node.slice, ast.Slice) else element_of(base)
         if isinstance(base, MapV):
-            return base.values
+            key = node.slice
+            return base.lookup(key.value) if isinstance(key, ast.Constant) else base.values
         if isinstance(base, Cell) and base.kind == "stack":
             return self.read_cell(frame, base.name, node)
         if isinstance(base, Ids | Unknown):

@@ -19,6 +19,7 @@ from tokenstate.contracts.checker.values import (
     ClassRef,
     Func,
     FuncInfo,
+    Instance,
     Seq,
     Value,
     join,
@@ -175,7 +176,9 @@ class StmtMixin:
                 frame.self_writes[target.attr] = value
                 return
             base = self.eval(frame, target.value)
-            if isinstance(base, ClassRef):
+            if isinstance(base, Instance):
+                frame.record_writes(base.info, {target.attr: value})
+            elif isinstance(base, ClassRef):
                 cell = self.class_cell_for(base.info, target.attr)
                 if cell is not None:
                     frame.write_cell(cell, value)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from tokenstate.contracts.checker.report import Hop
 from tokenstate.contracts.checker.sources import ModuleInfo
-from tokenstate.contracts.checker.values import FuncInfo, Value, join
+from tokenstate.contracts.checker.values import ClassInfo, FuncInfo, Value, join
 
 __all__ = ["Event", "Frame", "Summary"]
 
@@ -39,6 +39,8 @@ class Summary:
     self_writes: tuple[tuple[str, Value], ...]  # attributes assigned on its receiver
     yield_writes: tuple[tuple[str, Value], ...] | None  # cells published at its first ``yield``
     yield_value: Value | None
+    # attributes assigned on instances other than the receiver, by class (``model.ids = ...``)
+    obj_writes: tuple[tuple[ClassInfo, tuple[tuple[str, Value], ...]], ...] = ()
 
 
 @dataclass
@@ -63,6 +65,9 @@ class Frame:
     returns: list[Value] = field(default_factory=list)
     yield_writes: dict[str, Value] | None = None
     yield_value: Value | None = None
+    # flow-insensitive: attributes assigned on other instances, joined per class (sound, coarser)
+    obj_writes: dict[ClassInfo, dict[str, Value]] = field(default_factory=dict)
+    self_aliases: set[Value] = field(default_factory=set)  # the receiver, updated with self_writes
 
     @property
     def name(self) -> str:
@@ -74,6 +79,14 @@ class Frame:
     def add_event(self, event: Event) -> None:
         if self.func is not None:  # module-level evaluation runs at import time, not in a forward
             self.events.setdefault(event.key, event)
+
+    def record_writes(self, info: ClassInfo, writes: tuple[tuple[str, Value], ...] | dict[str, Value]) -> None:
+        pairs = writes.items() if isinstance(writes, dict) else writes
+        if not pairs:
+            return
+        known = self.obj_writes.setdefault(info, {})
+        for name, value in pairs:
+            known[name] = join(known.get(name), value)
 
     def write_cell(self, cell: str, value: Value) -> None:
         self.published[cell] = value

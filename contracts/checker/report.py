@@ -14,7 +14,7 @@ class Verdict(StrEnum):
     """Classification of one registered forward."""
 
     HONORS = "honors"  # every route that embeds token ids reads device tokens or a published scope
-    IGNORES = "ignores"  # some route embeds host ids while device ids may be present
+    IGNORES = "ignores"  # some route reads host ids (to embed or otherwise) while device ids may be present
     INERT = "inert"  # no route embeds token ids (pooling, ...)
     UNKNOWN = "unknown"  # a route depends on something the analysis cannot resolve
 
@@ -98,8 +98,10 @@ class EntryResult:
             return self.error
         if self.verdict is Verdict.IGNORES:
             return (
-                "embeds host token ids while device ids may be present (placeholders on the async "
-                "path); read inp.device_tokens.ids or inp.embedding_ids() on that route."
+                "reads host token ids (to embed them or for anything else) where device ids may be "
+                "present — StaleHostTokensError or placeholders on the async path; read "
+                "inp.device_tokens.ids / inp.embedding_ids(), take metadata from the forward input "
+                "(inp.num_tokens, inp.logit_rows...), or guard the read with inp.device_tokens is None."
             )
         if self.verdict is Verdict.UNKNOWN:
             return (

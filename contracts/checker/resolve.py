@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import sys
 from typing import TYPE_CHECKING
 
 from tokenstate.contracts.checker.sources import ModuleInfo, SourceError
@@ -18,9 +19,11 @@ from tokenstate.contracts.checker.values import (
     External,
     Func,
     FuncInfo,
+    MapV,
     ModuleRef,
     Unknown,
     Value,
+    join,
 )
 
 if TYPE_CHECKING:
@@ -117,7 +120,12 @@ class ResolverMixin:
             factory = self.eval(self.module_frame(info), expr.func)
             if isinstance(factory, External) and factory.dotted in _CELL_FACTORIES:
                 return Cell(cell, _CELL_FACTORIES[factory.dotted])
-        return self.eval(self.module_frame(info), expr)
+        value = self.eval(self.module_frame(info), expr)
+        if name in info.filled and isinstance(value, MapV):
+            # entries added at run time (a registry filled by decorators...) are not in the literal
+            added = Unknown(f"{cell} is filled at run time ({name}[key] = ...)", self.config.display(info.file), 0)
+            return MapV(join(value.values, added), None)
+        return value
 
     def canonical(self: Analyzer, dotted: str) -> str:
         """Follow re-exports (``from .x import f`` in a package ``__init__``) to where ``dotted`` is defined.
@@ -149,24 +157,30 @@ class ResolverMixin:
         return self.sources.module(cls.module)  # already parsed: the class came from it
 
     def mro(self: Analyzer, cls: ClassInfo) -> list[ClassInfo | External]:
-        """The class and its bases, depth-first left to right, each once (external bases included)."""
+        """The class's method resolution order, by Python's C3 linearization (external bases are
+        leaves: nothing of theirs is read). A hierarchy C3 cannot order is one Python itself refuses
+        to create; the checker then falls back to depth-first order."""
         if cls in self._mro:
             return self._mro[cls]
-        self._mro[cls] = [cls]
+        self._mro[cls] = [cls]  # a class that (through aliases) names itself as a base
         frame = self.module_frame(self.class_module(cls))
-        order: list[ClassInfo | External] = [cls]
+        bases: list[ClassInfo | External] = []
         for base_expr in cls.node.bases:
             base = self.eval(frame, base_expr)
             for option in getattr(base, "options", (base,)):
                 if isinstance(option, ClassRef):
-                    parents: list[ClassInfo | External] = list(self.mro(option.info))
+                    bases.append(option.info)
                 elif isinstance(option, External):
-                    parents = [option]
-                else:
-                    continue
+                    bases.append(option)
+        bases = [b for b in bases if b != External("builtins.object")]  # every MRO ends in object
+        linear = [self.mro(b) if isinstance(b, ClassInfo) else _external_mro(b) for b in bases]
+        order = _c3_merge([*linear, list(bases)])
+        if order is None:
+            order = []
+            for parents in linear:
                 order += [p for p in parents if p not in order]
-        self._mro[cls] = order
-        return order
+        self._mro[cls] = [cls, *order]
+        return self._mro[cls]
 
     def class_member(self: Analyzer, cls: ClassInfo, name: str, after: ClassInfo | None = None) -> tuple[Value, ClassInfo | None] | None:
         """``name`` as found on the class hierarchy (skipping up to ``after`` for ``super()``).
@@ -233,3 +247,51 @@ class ResolverMixin:
             ):
                 return None
         return None
+
+
+def _live_class(dotted: str) -> type | None:
+    """The class ``dotted`` names, if its module is already imported (nothing is imported here)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is None:
+            continue
+        value: object = module
+        for attr in parts[cut:]:
+            value = getattr(value, attr, None)
+        return value if isinstance(value, type) else None
+    return None
+
+
+def _external_mro(base: External) -> list[ClassInfo | External]:
+    """An external base's own MRO when its class is already loaded (``nn.Embedding`` → ``nn.Module``),
+    so that C3 orders it against the other bases as Python does; else the base alone."""
+    live = _live_class(base.dotted)
+    if live is None:
+        return [base]
+    tail = [External(f"{c.__module__}.{c.__qualname__}") for c in live.__mro__[1:] if c is not object]
+    return [base, *tail]
+
+
+def _key(klass: ClassInfo | External) -> object:
+    """Identity of a class in C3: the loaded class object for externals (one class, many names)."""
+    if isinstance(klass, External):
+        return _live_class(klass.dotted) or klass.dotted
+    return klass
+
+
+def _c3_merge(sequences: list[list[ClassInfo | External]]) -> list[ClassInfo | External] | None:
+    """C3 merge: repeatedly take the first head that is in no other sequence's tail."""
+    pending = [list(seq) for seq in sequences if seq]
+    merged: list[ClassInfo | External] = []
+    while pending:
+        for seq in pending:
+            head = _key(seq[0])
+            if not any(head in [_key(c) for c in other[1:]] for other in pending):
+                break
+        else:
+            return None  # inconsistent hierarchy (Python raises TypeError for it)
+        merged.append(seq[0])
+        pending = [[c for c in seq if _key(c) != head] for seq in pending]
+        pending = [seq for seq in pending if seq]
+    return merged

@@ -70,6 +70,9 @@ class ModuleInfo:
     global_cells: set[str] = field(default_factory=set)
     # module-level empty lists that some function appends to: scope stacks
     stacks: set[str] = field(default_factory=set)
+    # module-level names that code assigns into (``TABLE[k] = f``, ``TABLE.update(...)``): their
+    # contents are only known at run time
+    filled: set[str] = field(default_factory=set)
 
     def resolve_relative(self, module: str | None, level: int) -> str:
         """The absolute module name of ``from <level dots><module> import ...`` inside this module."""
@@ -121,6 +124,15 @@ def _tabulate(info: ModuleInfo) -> None:
         and not stmt.value.elts
     }
     for node in ast.walk(info.tree):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                    info.filled.add(target.value.id)
+        if (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("update", "setdefault") and isinstance(node.func.value, ast.Name)
+        ):
+            info.filled.add(node.func.value.id)
         if isinstance(node, ast.Global):
             info.global_cells.update(node.names)
         elif (

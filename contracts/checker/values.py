@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "OPAQUE",
+    "RETURNS_SELF",
     "Alt",
     "Bound",
     "Cell",
     "ClassInfo",
     "ClassRef",
     "External",
+    "Flag",
     "Func",
     "FuncInfo",
     "GenCM",
@@ -43,10 +45,17 @@ __all__ = [
     "taint",
 ]
 
-# Reading these off a token-id tensor gives metadata, not ids.
+# Reading these off a token-id tensor gives metadata, not ids (for host ids, the `.ids` read that
+# produced the tensor is already a finding: it raises on a step with spliced rows).
 METADATA_ATTRS = frozenset(
     {"shape", "dtype", "device", "size", "numel", "dim", "ndim", "is_cuda", "nelement", "stride",
      "element_size", "data_ptr", "is_contiguous", "requires_grad", "layout"}
+)
+
+# nn.Module methods that return the module itself: `Model(cfg).to(device)` is still a Model.
+RETURNS_SELF = frozenset(
+    "to cuda cpu xpu eval train float half double bfloat16 requires_grad_ share_memory to_empty "
+    "apply type".split()
 )
 
 
@@ -202,9 +211,34 @@ class Seq(Value):
 
 @dataclass(frozen=True, slots=True)
 class MapV(Value):
-    """A dict/ModuleDict: any lookup may give any of its values."""
+    """A dict/ModuleDict: a lookup gives any of its ``values``, unless its key is a constant found in
+    ``items`` (the constant-keyed entries, known when every key of the dict is a constant)."""
 
     values: Value
+    items: tuple[tuple[object, Value], ...] | None = None
+
+    def lookup(self, key: object) -> Value:
+        """The value under constant ``key`` (all values when the keys are not all known)."""
+        for known, value in self.items or ():
+            if known == key and type(known) is type(key):
+                return value
+        return self.values
+
+
+@dataclass(frozen=True, slots=True)
+class Flag(Value):
+    """A truth value that tells whether device ids are present (``inp.device_tokens is None``...).
+
+    ``fresh_if_true`` / ``fresh_if_false``: on that side of a branch on this value, no row is
+    spliced, so host ids are fresh. It flows like any value, which is how a helper predicate
+    (``def has_device_ids(inp): return inp.device_tokens is not None``) guards its caller's branch.
+    """
+
+    fresh_if_true: bool
+    fresh_if_false: bool
+
+    def negated(self) -> Flag:
+        return Flag(self.fresh_if_false, self.fresh_if_true)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +287,8 @@ def join(*values: Value | None) -> Value:
                 options.add(option)
     if origins:
         options.add(Ids(frozenset(origins)))
-    if len(options) > 1:
+    if len(options) > 1 and not any(isinstance(o, Flag) for o in options):
+        # plain data next to a flag stays: `return False` beside a device-ids test is no guard
         options.discard(OPAQUE)
     if not options:
         return OPAQUE

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from tokenstate.contracts import BatchLayout, ContractViolation, HostTokens
+from tokenstate.contracts import BatchLayout, ContractViolation, ForwardInput, HostTokens
 
 from .conftest import i32
 
@@ -88,3 +88,28 @@ def test_batch_layout_invariants(step, kwargs, message):
     } | kwargs
     with pytest.raises(ContractViolation, match=message):
         BatchLayout(**args)
+
+
+def test_forward_input_refuses_device_logits_indices_past_num_tokens():
+    inp = _metadata_input()
+    with pytest.raises(ContractViolation, match=r"logits_indices must lie in \[0, num_tokens=3\)"):
+        dataclasses.replace(inp, logits_indices=torch.tensor([0, 3]))
+    with pytest.raises(ContractViolation, match=r"logits_indices must lie in \[0, num_tokens=3\)"):
+        dataclasses.replace(inp, logits_indices=torch.tensor([-1, 2]))
+
+
+def test_forward_input_carries_the_metadata_forwards_need():
+    inp = _metadata_input()
+    assert (inp.num_tokens, inp.num_rows, inp.num_logits) == (3, 2, 2)
+    assert inp.logit_rows.tolist() == [0, 1]
+    assert inp.layout.logit_slots.tolist() == [7, 4]
+    assert inp.layout.query_lens.tolist() == [2, 1]
+
+
+def _metadata_input() -> ForwardInput:
+    """Two rows (slots 7 and 4): a 2-token prefill chunk and a fresh decode row, logits at 1 and 2."""
+    qsl, seq, slots = torch.tensor([0, 2, 3], dtype=torch.int32), torch.tensor([2, 6], dtype=torch.int32), torch.tensor([7, 4], dtype=torch.int32)
+    host = HostTokens.fresh(torch.tensor([3, 4, 5], dtype=torch.int32), qsl, slots)
+    logits = torch.tensor([1, 2])  # [num_logits] int64
+    layout = BatchLayout(qsl, seq, slots, torch.zeros(2, dtype=torch.int32), logits)
+    return ForwardInput(host, None, torch.tensor([0, 1, 5]), layout, logits.clone(), slots.long())

@@ -76,9 +76,13 @@ def test_host_tokens_refuses_malformed_input(ids, stale, qsl, slots, message):
         HostTokens(ids_t, torch.tensor(stale), i32(qsl), i32(slots))
 
 
-def test_full_mode_refuses_a_placeholder_outside_the_stale_mask():
-    with checks_mode("full"), pytest.raises(ContractViolation, match="not marked stale holds a negative id"):
+@pytest.mark.parametrize("mode", ["off", "boundary", "full"])
+def test_every_mode_refuses_a_placeholder_outside_the_stale_mask(mode):
+    with checks_mode(mode), pytest.raises(ContractViolation, match=r"positions \[1\] are not marked stale but hold negative ids"):
         HostTokens(i32([1, PLACEHOLDER]), torch.zeros(2, dtype=torch.bool), i32([0, 2]), i32([0]))
+    with checks_mode(mode), pytest.raises(ContractViolation, match=r"instead of HostTokens\.fresh"):
+        HostTokens.fresh(i32([PLACEHOLDER, 4]), i32([0, 2]), i32([0]))
+    HostTokens(i32([1, PLACEHOLDER]), torch.tensor([False, True]), i32([0, 2]), i32([0]))  # stale: fine
 
 
 def test_device_tokens_cannot_be_constructed_directly():
@@ -98,11 +102,16 @@ def test_device_tokens_from_fresh_host_upload():
     assert "DeviceTokens(num_tokens=2, device=cpu" in repr(dev)
 
 
-def test_device_tokens_validates_metadata_and_full_mode_values():
+def test_device_tokens_validates_metadata():
     with pytest.raises(ContractViolation, match="vocab_size must be a positive int"):
         DeviceTokens.from_combine(i32([1]), vocab_size=0)
     with pytest.raises(ContractViolation, match="must be contiguous"):
         DeviceTokens.from_combine(i32([1, 2, 3, 4])[::2], vocab_size=5)
-    DeviceTokens.from_combine(i32([PLACEHOLDER]), vocab_size=5)  # boundary mode: metadata only
-    with checks_mode("full"), pytest.raises(ContractViolation, match=r"ids must lie in \[0, 5\), got min -1, max -1"):
-        DeviceTokens.from_combine(i32([PLACEHOLDER]), vocab_size=5)
+
+
+@pytest.mark.parametrize("mode", ["off", "boundary", "full"])
+@pytest.mark.parametrize("ids", [[PLACEHOLDER], [2, 5], [0, 4, -3]])
+def test_device_tokens_on_the_cpu_refuse_ids_outside_the_vocabulary_in_every_mode(mode, ids):
+    with checks_mode(mode), pytest.raises(ContractViolation, match=r"ids must lie in \[0, 5\), got min .*positions"):
+        DeviceTokens.from_combine(i32(ids), vocab_size=5)
+    assert DeviceTokens.from_combine(i32([0, 4]), vocab_size=5).ids.tolist() == [0, 4]

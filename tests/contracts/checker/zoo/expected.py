@@ -1,6 +1,8 @@
 """The zoo's entry points and their expected verdicts — plain data, read by the tests and the benchmark.
 
 Keys are (module, forward); values are (expected verdict, the routing pattern the case exercises).
+Every case that is not ``unknown`` also runs through the async engine, declared honouring, in
+specs/tests/test_routing_checker.py (RCK-15): the runtime must agree with the verdict.
 """
 
 EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
@@ -16,6 +18,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.direct", "torch_embedding_device"): ("honors", "nn.Embedding sink"),
     ("czoo.direct", "index_gather_host"): ("ignores", "weight[ids] sink"),
     ("czoo.direct", "functional_host"): ("ignores", "F.embedding sink"),
+    ("czoo.direct", "private_host_buffer"): ("ignores", "raw host buffer"),
+    ("czoo.direct", "helper_that_is_no_guard"): ("ignores", "device-ids guard"),
     ("czoo.comment_lies", "mentions_device_tokens"): ("ignores", "a comment mentions the field"),
     ("czoo.calls", "via_helper"): ("honors", "direct calls"),
     ("czoo.calls", "via_host_helper"): ("ignores", "direct calls"),
@@ -44,12 +48,59 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.llama_like", "unannotated_with_build"): ("honors", "model class from the build function"),
     ("czoo.inert", "position_pooling"): ("inert", "pooling"),
     ("czoo.inert", "counts_tokens_only"): ("inert", "metadata only"),
+    ("czoo.inert", "counts_host_ids"): ("ignores", "host-id read for metadata"),
     ("czoo.dynamic", "getattr_dispatch"): ("unknown", "dynamic dispatch"),
     ("czoo.dynamic", "unannotated_model"): ("unknown", "dynamic dispatch"),
     ("czoo.dynamic", "callable_parameter"): ("unknown", "dynamic dispatch"),
+    # issue 13: the idioms real engines are written in
+    ("czoo.host_reads", "penalty_from_host_rows"): ("ignores", "non-embedding host read"),
+    ("czoo.host_reads", "bias_from_placeholder_buffer"): ("ignores", "non-embedding host read"),
+    ("czoo.host_reads", "stats_len_of_host_ids"): ("ignores", "non-embedding host read"),
+    ("czoo.host_reads", "logging_host_numel"): ("ignores", "non-embedding host read"),
+    ("czoo.host_reads", "penalty_from_device_ids"): ("honors", "non-embedding host read"),
+    ("czoo.host_reads", "metadata_from_forward_input"): ("honors", "non-embedding host read"),
+    ("czoo.host_reads", "host_penalty_when_no_device_ids"): ("honors", "non-embedding host read"),
+    ("czoo.freshness", "isinstance_guard"): ("honors", "freshness guard (isinstance / helper)"),
+    ("czoo.freshness", "isinstance_guard_inverted"): ("ignores", "freshness guard (isinstance / helper)"),
+    ("czoo.freshness", "helper_predicate"): ("honors", "freshness guard (isinstance / helper)"),
+    ("czoo.freshness", "helper_predicate_negated"): ("honors", "freshness guard (isinstance / helper)"),
+    ("czoo.freshness", "helper_predicate_wrong_side"): ("ignores", "freshness guard (isinstance / helper)"),
+    ("czoo.mro", "diamond_correct"): ("honors", "C3 method resolution"),
+    ("czoo.mro", "diamond_wrong"): ("ignores", "C3 method resolution"),
+    ("czoo.mro", "mixin_embedding_device"): ("honors", "C3 method resolution"),
+    ("czoo.mro", "mixin_embedding_host"): ("ignores", "C3 method resolution"),
+    ("czoo.builds", "built_to_device"): ("honors", "build returns Model(cfg).to(device)"),
+    ("czoo.builds", "built_to_device_host"): ("ignores", "build returns Model(cfg).to(device)"),
+    ("czoo.builds", "annotated_base_host_subclass"): ("ignores", "annotated base, built subclass"),
+    ("czoo.builds", "annotated_base_device_subclass"): ("honors", "annotated base, built subclass"),
+    ("czoo.dispatch", "dict_dispatch_dense"): ("honors", "constant-key dict dispatch"),
+    ("czoo.dispatch", "dict_dispatch_legacy"): ("ignores", "constant-key dict dispatch"),
+    ("czoo.dispatch", "dict_get_dispatch"): ("honors", "constant-key dict dispatch"),
+    ("czoo.dispatch", "module_dict_dispatch"): ("honors", "constant-key dict dispatch"),
+    ("czoo.dispatch", "dict_filled_at_run_time"): ("unknown", "constant-key dict dispatch"),
+    ("czoo.hf_style", "scaled_embedding_device"): ("honors", "nn.Embedding subclass, super().forward"),
+    ("czoo.hf_style", "scaled_embedding_host"): ("ignores", "nn.Embedding subclass, super().forward"),
+    ("czoo.hf_style", "kwargs_plumbing_device"): ("honors", "**kwargs plumbing"),
+    ("czoo.hf_style", "kwargs_plumbing_host"): ("ignores", "**kwargs plumbing"),
+    ("czoo.imports", "import_module_constant"): ("honors", "importlib.import_module"),
+    ("czoo.imports", "import_module_constant_host"): ("ignores", "importlib.import_module"),
+    ("czoo.imports", "import_module_computed"): ("unknown", "importlib.import_module"),
+    ("czoo.self_state", "staged_by_caller"): ("honors", "self attribute across methods"),
+    ("czoo.self_state", "staged_by_caller_host"): ("ignores", "self attribute across methods"),
+    ("czoo.self_state", "staged_by_own_forward"): ("honors", "self attribute across methods"),
+    ("czoo.self_state", "staged_by_assignment_host"): ("ignores", "self attribute across methods"),
+    ("czoo.opaque", "wrapping_decorator"): ("honors", "decorators and compiled code"),
+    ("czoo.opaque", "wrapping_decorator_host"): ("ignores", "decorators and compiled code"),
+    ("czoo.compiled", "compiled_function"): ("unknown", "decorators and compiled code"),
+    ("czoo.compiled", "compiled_module"): ("unknown", "decorators and compiled code"),
+    ("czoo.compiled", "checkpointed_embedding"): ("unknown", "decorators and compiled code"),
 }
 
-# The forward whose model class comes from its factory's build function (no annotation).
+# The forwards whose model class comes from their factory's build function.
 BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.llama_like", "unannotated_with_build"): ("czoo.llama_like", "build_llama"),
+    ("czoo.builds", "built_to_device"): ("czoo.builds", "build_device"),
+    ("czoo.builds", "built_to_device_host"): ("czoo.builds", "build_host"),
+    ("czoo.builds", "annotated_base_host_subclass"): ("czoo.builds", "build_host_override"),
+    ("czoo.builds", "annotated_base_device_subclass"): ("czoo.builds", "build_device_override"),
 }

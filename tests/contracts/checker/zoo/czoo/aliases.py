@@ -12,12 +12,12 @@ HostBackbone = HostDerivedLM  # a class alias, like LlamaModel = DenseModel
 
 @entry_point
 def module_alias(model: Backbone, inp: ForwardInput) -> Tensor:
-    return H.embed_ids(H.device_ids_of(inp), model.head.weight)
+    return H.embed_ids(H.device_ids_of(inp), model.head.weight)[inp.logits_indices]
 
 
 @entry_point
 def reexport_host(model: Backbone, inp: ForwardInput) -> Tensor:
-    return reexported_embed(reexported_host_ids(inp), model.head.weight)
+    return reexported_embed(reexported_host_ids(inp), model.head.weight)[inp.logits_indices]
 
 
 @entry_point

@@ -1,5 +1,6 @@
 """Forwards that read the ids themselves: direct reads, locals, guards."""
 
+import torch
 from torch import Tensor
 
 from czoo.models import FunctionalEmbedder, IndexEmbedder, TinyLM, TorchEmbedder
@@ -9,7 +10,8 @@ from tokenstate.runtime.kernels import guarded_embedding
 
 @entry_point
 def device_direct(model: TinyLM, inp: ForwardInput) -> Tensor:
-    return model.logits(model.embed(inp.device_tokens.ids), inp.logits_indices)
+    ids = inp.device_tokens.ids if inp.device_tokens is not None else inp.host_tokens.ids
+    return model.logits(model.embed(ids), inp.logits_indices)
 
 
 @entry_point
@@ -30,7 +32,7 @@ def host_direct(model: TinyLM, inp: ForwardInput) -> Tensor:
 def host_rows(model: TinyLM, inp: ForwardInput) -> Tensor:
     rows = [inp.host_tokens.row_ids(r.row) for r in inp.layout.rows]
     hidden = [guarded_embedding(row, model.weight) for row in rows]
-    return model.logits(hidden[0], inp.logits_indices)
+    return model.logits(torch.cat(hidden), inp.logits_indices)
 
 
 @entry_point
@@ -69,14 +71,31 @@ def inverted_guard(model: TinyLM, inp: ForwardInput) -> Tensor:
 
 @entry_point
 def torch_embedding_device(model: TorchEmbedder, inp: ForwardInput) -> Tensor:
-    return model(inp.embedding_ids())
+    return model(inp.embedding_ids().long())[inp.logits_indices]
 
 
 @entry_point
 def index_gather_host(model: IndexEmbedder, inp: ForwardInput) -> Tensor:
-    return model(inp.host_tokens.ids)
+    return model(inp.host_tokens.ids)[inp.logits_indices]
 
 
 @entry_point
 def functional_host(model: FunctionalEmbedder, inp: ForwardInput) -> Tensor:
-    return model(inp.host_tokens.ids)
+    return model(inp.host_tokens.ids)[inp.logits_indices]
+
+
+@entry_point
+def private_host_buffer(model: TinyLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(inp.host_tokens._ids), inp.logits_indices)
+
+
+def maybe_has_device_ids(inp: ForwardInput) -> bool:
+    if inp.num_rows > 1:
+        return False  # "batched steps carry no device ids": wrong, and not a test of device ids
+    return inp.device_tokens is not None
+
+
+@entry_point
+def helper_that_is_no_guard(model: TinyLM, inp: ForwardInput) -> Tensor:
+    ids = inp.device_tokens.ids if maybe_has_device_ids(inp) else inp.host_tokens.ids
+    return model.logits(model.embed(ids), inp.logits_indices)

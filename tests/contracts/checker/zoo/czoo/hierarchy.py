@@ -68,4 +68,4 @@ def nested_attribute(model: Wrapper, inp: ForwardInput) -> Tensor:
 
 @entry_point
 def nested_attribute_host(model: Wrapper, inp: ForwardInput) -> Tensor:
-    return model.model.head(model.model.embed(inp.host_tokens.ids))
+    return model.model.head(model.model.embed(inp.host_tokens.ids)[inp.logits_indices])

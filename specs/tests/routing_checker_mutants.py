@@ -1,0 +1,215 @@
+"""Mutants of the routing-checker spec: each reverts exactly one rule a paid item depends on."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+import tokenstate.contracts.checker.calls as calls_module
+import tokenstate.contracts.checker.evaluate as evaluate_module
+import tokenstate.contracts.checker.externals as externals_module
+import tokenstate.contracts.forward_input as forward_input_module
+import tokenstate.contracts.tokens as tokens_module
+from tokenstate.contracts.checker.engine import Analyzer
+from tokenstate.contracts.checker.frame import Frame
+from tokenstate.contracts.checker.guards import Facts
+from tokenstate.contracts.checker.values import OPAQUE, Bound, ClassRef, External, MapV, Tokens
+from tokenstate.contracts.ledger import MutantPatch, mutant
+
+
+@mutant(
+    "RCK-1/only-embedding-sinks-count",
+    doc="A host-id read is only a finding when the ids reach an embedding (the checker before issue "
+    "13): penalties, bias tables, len() and logging over host ids pass.",
+)
+def only_embedding_sinks_count(patch: MutantPatch) -> None:
+    def host_read(self, frame, kind, what, node):  # type: ignore[no-untyped-def]
+        return self.origin(frame, kind, what, node)
+
+    patch.setattr(Analyzer, "host_read", host_read)
+
+
+@mutant(
+    "RCK-2/depth-first-mro",
+    doc="Methods resolve depth-first, left to right (each class once), instead of by C3.",
+)
+def depth_first_mro(patch: MutantPatch) -> None:
+    def mro(self, cls):  # type: ignore[no-untyped-def]
+        if cls in self._mro:
+            return self._mro[cls]
+        self._mro[cls] = [cls]
+        frame = self.module_frame(self.class_module(cls))
+        order = [cls]
+        for base_expr in cls.node.bases:
+            base = self.eval(frame, base_expr)
+            for option in getattr(base, "options", (base,)):
+                if isinstance(option, ClassRef):
+                    parents = list(self.mro(option.info))
+                elif isinstance(option, External):
+                    parents = [option]
+                else:
+                    continue
+                order += [p for p in parents if p not in order]
+        self._mro[cls] = order
+        return order
+
+    patch.setattr(Analyzer, "mro", mro)
+
+
+@mutant(
+    "RCK-3/to-device-loses-the-class",
+    doc="nn.Module methods that return the module (.to, .eval...) give plain data, so "
+    "`Model(cfg).to(device)` has no class.",
+)
+def to_device_loses_the_class(patch: MutantPatch) -> None:
+    patch.setattr(calls_module, "RETURNS_SELF", frozenset())
+    patch.setattr(evaluate_module, "RETURNS_SELF", frozenset())
+
+
+@mutant(
+    "RCK-4/annotation-over-build",
+    doc="An annotated model parameter wins over what the factory's build returns.",
+)
+def annotation_over_build(patch: MutantPatch) -> None:
+    original = Analyzer.model_value
+
+    def model_value(self, frame, target, annotation):  # type: ignore[no-untyped-def]
+        if annotation is not None:
+            target = dataclasses.replace(target, model_module=None, model_qualname=None)
+        return original(self, frame, target, annotation)
+
+    patch.setattr(Analyzer, "model_value", model_value)
+
+
+@mutant(
+    "RCK-5/dict-lookup-joins-every-value",
+    doc="Any dict lookup may give any value of the dict, constant key or not.",
+)
+def dict_lookup_joins_every_value(patch: MutantPatch) -> None:
+    patch.setattr(MapV, "lookup", lambda self, key: self.values)
+
+
+@mutant(
+    "RCK-6/only-is-none-guards",
+    doc="Only `inp.device_tokens is None` (and truthiness) guard: isinstance on the device tokens and "
+    "helper predicates give no freshness.",
+)
+def only_is_none_guards(patch: MutantPatch) -> None:
+    original = Analyzer.isinstance_facts
+    nothing = Facts(False, {})
+
+    def isinstance_facts(self, frame, subject, classes):  # type: ignore[no-untyped-def]
+        if self.eval(frame, subject) == Tokens("device"):
+            return nothing, nothing
+        return original(self, frame, subject, classes)
+
+    patch.setattr(Analyzer, "isinstance_facts", isinstance_facts)
+    patch.setattr(Analyzer, "flag_of", lambda self, frame, test: None)
+
+
+@mutant(
+    "RCK-7/inherited-embedding-forward-is-opaque",
+    doc="A method inherited from an external base (nn.Embedding.forward via super()) is a plain "
+    "tensor method, not the embedding.",
+)
+def inherited_embedding_forward_is_opaque(patch: MutantPatch) -> None:
+    original = Analyzer.bind_member
+
+    def bind_member(self, frame, member, receiver, node):  # type: ignore[no-untyped-def]
+        if isinstance(member, External):
+            return Bound(OPAQUE, member.dotted.rpartition(".")[2])
+        return original(self, frame, member, receiver, node)
+
+    patch.setattr(Analyzer, "bind_member", bind_member)
+
+
+@mutant(
+    "RCK-8/kwargs-spread-dropped",
+    doc="`f(**kwargs)` passes nothing: the keyword spread is dropped, as before issue 13.",
+)
+def kwargs_spread_dropped(patch: MutantPatch) -> None:
+    def keywords(self, frame: Frame, keywords: list[ast.keyword]):  # type: ignore[no-untyped-def]
+        return tuple((kw.arg, self.eval(frame, kw.value)) for kw in keywords if kw.arg is not None)
+
+    patch.setattr(Analyzer, "keywords", keywords)
+
+
+@mutant(
+    "RCK-9/import-module-is-data",
+    doc="importlib.import_module(...) returns plain data (an external call), so what the module "
+    "holds is never followed and its embeddings vanish.",
+)
+def import_module_is_data(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "import_module", lambda self, frame, dotted, node: OPAQUE)
+
+
+@mutant(
+    "RCK-10/attribute-writes-forgotten",
+    doc="Attributes assigned on a model outside its own method (model.prepare(inp); model.run()) "
+    "are forgotten.",
+)
+def attribute_writes_forgotten(patch: MutantPatch) -> None:
+    patch.setattr(Frame, "record_writes", lambda self, info, writes: None)
+
+
+@mutant(
+    "RCK-11/compiled-code-followed-as-plain",
+    doc="Decorators and external wrappers are assumed to run the code they are given as is: "
+    "@torch.compile is followed like any decorator, torch.compile(f)/checkpoint(f, x) are tensor ops.",
+)
+def compiled_code_followed_as_plain(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "opaque_wrapper", lambda self, func: None)
+    patch.setattr(externals_module, "_is_code", lambda value: False)
+
+
+@mutant(
+    "RCK-12/device-ids-checked-in-full-mode-only",
+    doc="DeviceTokens checks its ids against the vocabulary only in `full` mode (the default "
+    "`boundary` mode accepted PLACEHOLDER).",
+)
+def device_ids_checked_in_full_mode_only(patch: MutantPatch) -> None:
+    original = tokens_module._check_in_vocabulary
+
+    def check(ids, vocab_size):  # type: ignore[no-untyped-def]
+        from tokenstate.contracts import get_checks_mode
+
+        if get_checks_mode() == "full":
+            original(ids, vocab_size)
+
+    patch.setattr(tokens_module, "_check_in_vocabulary", check)
+
+
+@mutant(
+    "RCK-13/fresh-positions-checked-in-full-mode-only",
+    doc="HostTokens checks fresh positions for placeholders only in `full` mode.",
+)
+def fresh_positions_checked_in_full_mode_only(patch: MutantPatch) -> None:
+    original = tokens_module._check_fresh_positions
+
+    def check(ids, stale):  # type: ignore[no-untyped-def]
+        from tokenstate.contracts import get_checks_mode
+
+        if get_checks_mode() == "full":
+            original(ids, stale)
+
+    patch.setattr(tokens_module, "_check_fresh_positions", check)
+
+
+@mutant(
+    "RCK-14/device-logits-indices-shape-only",
+    doc="ForwardInput checks only the shape of its execution-device logits_indices.",
+)
+def device_logits_indices_shape_only(patch: MutantPatch) -> None:
+    patch.setattr(forward_input_module, "_check_logits_in_step", lambda logits_indices, num_tokens: None)
+
+
+@mutant(
+    "RCK-15/host-reads-taken-as-fresh",
+    doc="Every host-id read is taken as fresh (as if behind `inp.device_tokens is None`), so the "
+    "checker passes forwards that break on the first spliced step.",
+)
+def host_reads_taken_as_fresh(patch: MutantPatch) -> None:
+    def host_read(self, frame, kind, what, node):  # type: ignore[no-untyped-def]
+        return self.origin(frame, "host_fresh", what, node)
+
+    patch.setattr(Analyzer, "host_read", host_read)

@@ -1,0 +1,182 @@
+"""Items of specs/routing-checker.md: the checker over the zoo's issue-13 idioms, and the type states.
+
+Each checker item runs the checker over the zoo module that shows its idiom (honouring and ignoring
+variants, tests/contracts/checker/zoo) and demands every expected verdict; its mutant reverts the one
+rule, and the same test then reports a mismatch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from tokenstate.contracts import (
+    PLACEHOLDER,
+    BatchLayout,
+    ContractViolation,
+    DeviceTokens,
+    ForwardInput,
+    HostTokens,
+    checks_mode,
+)
+from tokenstate.contracts.checker import CheckerConfig, EntryTarget, Verdict, check_entry_points
+
+from .routing_checker_mutants import (
+    annotation_over_build,
+    attribute_writes_forgotten,
+    compiled_code_followed_as_plain,
+    depth_first_mro,
+    device_ids_checked_in_full_mode_only,
+    device_logits_indices_shape_only,
+    dict_lookup_joins_every_value,
+    fresh_positions_checked_in_full_mode_only,
+    host_reads_taken_as_fresh,
+    import_module_is_data,
+    inherited_embedding_forward_is_opaque,
+    kwargs_spread_dropped,
+    only_embedding_sinks_count,
+    only_is_none_guards,
+    to_device_loses_the_class,
+)
+from .routing_checker_runtime import run_async, watch_placeholder_reads, zoo_on_path
+
+ZOO_ROOT = Path(__file__).resolve().parents[2] / "tests" / "contracts" / "checker" / "zoo"
+
+
+@functools.cache
+def _zoo() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("routing_checker_zoo_expected", ZOO_ROOT / "expected.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def verdicts(pattern: str) -> dict[str, tuple[str, str]]:
+    """entry -> (expected, got) for every zoo case of ``pattern`` (at least one of each kind shown)."""
+    zoo = _zoo()
+    cases = [(m, f) for (m, f), (_, p) in zoo.EXPECTED.items() if p == pattern]
+    assert cases, f"no zoo case for {pattern!r}"
+    targets = [EntryTarget(f"{m}.{f}", m, f, None, *zoo.BUILD_FUNCTIONS.get((m, f), (None, None))) for m, f in cases]
+    report = check_entry_points(targets, CheckerConfig(search_paths=(ZOO_ROOT,), display_root=ZOO_ROOT))
+    return {r.entry: (zoo.EXPECTED[(r.entry.rpartition(".")[0], r.entry.rpartition(".")[2])][0], r.verdict.value)
+            for r in report.results}
+
+
+def assert_zoo(pattern: str, kinds: set[str]) -> None:
+    got = verdicts(pattern)
+    assert {expected for expected, _ in got.values()} >= kinds, f"{pattern}: missing a variant"
+    wrong = {e: v for e, v in got.items() if v[0] != v[1]}
+    assert wrong == {}, f"{pattern}: (expected, got) {wrong}"
+
+
+@pytest.mark.paid("RCK-15", before=host_reads_taken_as_fresh)
+def test_static_verdict_and_async_runtime_agree_on_every_zoo_case():
+    zoo = _zoo()
+    cases = [(m, f) for (m, f), (verdict, _) in zoo.EXPECTED.items() if verdict != "unknown"]
+    targets = [EntryTarget(f"{m}.{f}", m, f, True, *zoo.BUILD_FUNCTIONS.get((m, f), (None, None))) for m, f in cases]
+    report = check_entry_points(targets, CheckerConfig(search_paths=(ZOO_ROOT,), display_root=ZOO_ROOT))
+    disagreements = {}
+    with zoo_on_path(), watch_placeholder_reads():
+        for result in report.results:
+            if result.verdict is Verdict.UNKNOWN:  # never passed: nothing to agree with
+                continue
+            module, _, forward = result.entry.rpartition(".")
+            outcome = run_async(module, forward, zoo.BUILD_FUNCTIONS.get((module, forward)))
+            wanted = "fails" if result.verdict is Verdict.IGNORES else "agrees-pass"
+            if outcome != wanted:
+                disagreements[result.entry] = (result.verdict.value, outcome)
+    assert len(cases) >= 75 and {v for v, _ in zoo.EXPECTED.values()} >= {"honors", "ignores", "inert"}
+    assert disagreements == {}, disagreements
+
+
+@pytest.mark.paid("RCK-1", before=only_embedding_sinks_count)
+def test_non_embedding_host_reads_are_findings():
+    assert_zoo("non-embedding host read", {"honors", "ignores"})
+    assert_zoo("host-id read for metadata", {"ignores"})
+
+
+@pytest.mark.paid("RCK-2", before=depth_first_mro)
+def test_method_resolution_is_c3():
+    assert_zoo("C3 method resolution", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-3", before=to_device_loses_the_class)
+def test_module_methods_returning_self_keep_the_class():
+    assert_zoo("build returns Model(cfg).to(device)", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-4", before=annotation_over_build)
+def test_built_subclass_wins_over_annotated_base():
+    assert_zoo("annotated base, built subclass", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-5", before=dict_lookup_joins_every_value)
+def test_constant_key_dispatch_resolves_one_value():
+    assert_zoo("constant-key dict dispatch", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-6", before=only_is_none_guards)
+def test_isinstance_and_helper_predicates_guard():
+    assert_zoo("freshness guard (isinstance / helper)", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-7", before=inherited_embedding_forward_is_opaque)
+def test_embedding_subclass_super_forward_is_a_sink():
+    assert_zoo("nn.Embedding subclass, super().forward", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-8", before=kwargs_spread_dropped)
+def test_kwargs_plumbing_keeps_the_ids():
+    assert_zoo("**kwargs plumbing", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-9", before=import_module_is_data)
+def test_import_module_is_resolved_or_unknown():
+    assert_zoo("importlib.import_module", {"honors", "ignores", "unknown"})
+
+
+@pytest.mark.paid("RCK-10", before=attribute_writes_forgotten)
+def test_self_state_crosses_methods():
+    assert_zoo("self attribute across methods", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-11", before=compiled_code_followed_as_plain)
+def test_compiled_and_checkpointed_code_is_unknown():
+    assert_zoo("decorators and compiled code", {"honors", "ignores", "unknown"})
+
+
+def i32(values: list[int]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32)
+
+
+@pytest.mark.paid("RCK-12", before=device_ids_checked_in_full_mode_only)
+def test_device_tokens_refuse_placeholders_on_the_cpu():
+    with checks_mode("boundary"):
+        for ids in ([3, PLACEHOLDER, 4], [3, 50]):
+            with pytest.raises(ContractViolation, match=r"ids must lie in \[0, 50\)"):
+                DeviceTokens.from_combine(i32(ids), vocab_size=50)
+        assert DeviceTokens.from_combine(i32([0, 49]), vocab_size=50).ids.tolist() == [0, 49]
+
+
+@pytest.mark.paid("RCK-13", before=fresh_positions_checked_in_full_mode_only)
+def test_host_tokens_refuse_placeholders_at_fresh_positions():
+    with checks_mode("boundary"), pytest.raises(ContractViolation, match=r"positions \[1\] are not marked stale"):
+        HostTokens.fresh(i32([3, PLACEHOLDER]), i32([0, 2]), i32([0]))
+
+
+@pytest.mark.paid("RCK-14", before=device_logits_indices_shape_only)
+def test_forward_input_refuses_logits_past_num_tokens():
+    qsl, slots = i32([0, 2, 3]), i32([1, 0])
+    host = HostTokens.fresh(i32([3, 4, 5]), qsl, slots)
+    logits = torch.tensor([1, 2])  # [num_logits] int64
+    layout = BatchLayout(qsl, i32([2, 4]), slots, i32([0, 0]), logits)
+    inp = ForwardInput(host, None, torch.tensor([0, 1, 3]), layout, logits.clone(), slots.long())
+    with pytest.raises(ContractViolation, match=r"logits_indices must lie in \[0, num_tokens=3\)"):
+        dataclasses.replace(inp, logits_indices=torch.tensor([1, 3]))
