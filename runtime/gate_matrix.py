@@ -371,6 +371,16 @@ def _arrivals(prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]
     ]
 
 
+def _fresh_slots(
+    factory: ModelFactory, ctx: MatrixContext, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]
+) -> list[RequestOutput]:
+    budget = sum(len(p) for p in prompts) + len(prompts)
+    llm = LLM(factory, async_scheduling=False, device=ctx.device, max_num_seqs=len(prompts),
+              max_num_batched_tokens=budget, seed=ctx.seed)  # fmt: skip
+    with checks_mode(ctx.checks) if ctx.checks else contextlib.nullcontext():
+        return llm.generate([list(p) for p in prompts], list(params))
+
+
 def _audit(llm: LLM) -> None:
     audit_runner(llm._runner)  # the gate audits the runtime's own engine: same package
 
@@ -407,8 +417,14 @@ def run_cell(cell: ScheduleCell, ctx: MatrixContext) -> CellReport:
         return report
     report.comparisons = ["async vs sync"]
     use_oracle = plan.oracle and ctx.oracle is not None
+    fresh: list[RequestOutput] | None = None
     if use_oracle:
         report.comparisons += ["sync vs oracle", "async vs oracle"]
+    elif not plan.oracle:
+        # No oracle for sampled or processed requests: the reference is a sync engine with a slot
+        # per request, all admitted at once — no slot is ever reused, no row ever reordered.
+        report.comparisons += ["sync vs fresh slots"]
+        fresh = _fresh_slots(factory, ctx, prompts, plan.params)
     for i, prompt in enumerate(prompts):
         sync, async_ = outputs["sync"][i], outputs["async"][i]
         row = {"async vs sync": compare_tokens("async vs sync", sync.token_ids, async_)}
@@ -416,6 +432,8 @@ def run_cell(cell: ScheduleCell, ctx: MatrixContext) -> CellReport:
             for path, out in (("sync", sync), ("async", async_)):
                 name = f"{path} vs oracle"
                 row[name] = compare_tokens(name, ctx.oracle.greedy_choices(list(prompt), list(out.token_ids)), out)
+        if fresh is not None:
+            row["sync vs fresh slots"] = compare_tokens("sync vs fresh slots", fresh[i].token_ids, sync)
         report.requests.append(row)
     report.conditions = cell.conditions(ctx, plan, {"stats": report.stats, "outputs": outputs})
     report.seconds = time.perf_counter() - start
