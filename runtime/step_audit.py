@@ -7,7 +7,8 @@ checks, after a step, what must hold for every request whatever the schedule:
 * a waiting request holds no slot and no computed positions (a preempted request rolls nothing back);
 * no two running requests share a slot, and each has ``0 <= num_computed <= num_tokens``;
 * the host token table of a running request's slot holds exactly the tokens the host knows about it
-  (prompt + resolved output) — nothing a previous owner's late token wrote there;
+  (prompt + resolved output) and ``PLACEHOLDER`` beyond them — nothing a previous owner's late
+  token wrote there;
 * the device token history of that slot holds the same tokens (the history the penalties, bad words
   and the draft proposer read);
 * the device ``prefill_len`` of the slot is the request's.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tokenstate.contracts import ContractViolation
+from tokenstate.contracts import PLACEHOLDER, ContractViolation
 from tokenstate.runtime.runner import ModelRunner
 
 __all__ = ["audit_runner"]
@@ -61,6 +62,14 @@ def audit_runner(runner: ModelRunner) -> None:
             _fail(
                 f"host token table of slot {req.slot} (request {req.request_id}) holds {int(table[p])} "
                 f"at position {p} where the host knows {int(known[p])}"
+            )
+        beyond = np.flatnonzero(runner.table.ids[req.slot, known.shape[0] :] != PLACEHOLDER)
+        if beyond.size:
+            p = known.shape[0] + int(beyond[0])
+            _fail(
+                f"host token table of slot {req.slot} (request {req.request_id}) holds "
+                f"{int(runner.table.ids[req.slot, p])} at position {p}, beyond the {known.shape[0]} "
+                "tokens the host knows about the request (a token recorded for a previous owner?)"
             )
         device = history[req.slot, : known.shape[0]].cpu().numpy()  # [num_known] int32
         wrong = np.flatnonzero(device != known)
