@@ -16,7 +16,7 @@ from typing import Final, final
 import numpy as np
 import torch
 
-from tokenstate.contracts.errors import ContractViolation, StaleHostTokensError
+from tokenstate.contracts.errors import ConfigError, ContractViolation, StaleHostTokensError
 
 __all__ = ["PLACEHOLDER", "TOKEN_ID_DTYPES", "DeviceTokens", "HostTokens"]
 
@@ -264,6 +264,11 @@ class DeviceTokens:
         cls, host: HostTokens, device: torch.device | str, *, vocab_size: int
     ) -> DeviceTokens:
         """Upload entirely fresh host ids; refuses (naming the rows) if any position is stale."""
+        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(
+                f"DeviceTokens.from_host: device={str(device)!r} but CUDA is not available in this "
+                "process; upload to device='cpu' (the CPU runs the same data flow)."
+            )
         return cls(host.ids.to(device, non_blocking=True), vocab_size, _ISSUE_KEY)
 
     @property

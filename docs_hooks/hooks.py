@@ -2,6 +2,7 @@
 
 * ``on_config`` builds the API search tree for mkdocstrings (see ``site_api_tree``), reads the specs
   and the ledger once, and lists one nav entry per spec under "Specs".
+* ``on_page_content`` renders the Sphinx roles docstrings use as code (see ``site_roles``).
 * ``on_files`` adds the generated pages: ``specs/index.md``, ``specs/<slug>.md``,
   ``reference/cli.md`` and ``benchmarks.md``. They exist only in the build, never in ``docs/``.
 
@@ -24,6 +25,7 @@ from mkdocs.structure.files import File, Files
 from site_api_tree import build_api_tree
 from site_benchmarks import RESULTS_FILE, render_benchmarks_page
 from site_cli import render_cli_page
+from site_roles import render_roles
 from site_specs import (
     LedgerSource,
     load_repo_specs,
@@ -66,7 +68,13 @@ def _point_mkdocstrings_at(config: MkDocsConfig, tree: Path) -> None:
             "the tokenstate docs hooks need the mkdocstrings plugin enabled in mkdocs.yml"
         )
     handlers = plugin.config.handlers  # the dict the handler reads when it is first instantiated
-    handlers.setdefault("python", {})["paths"] = [str(tree)]
+    python = handlers.setdefault("python", {})
+    python["paths"] = [str(tree)]
+    # Attributes show their type and their own description (see site_griffe).
+    here = Path(__file__).resolve().parent / "site_griffe.py"
+    extensions = [f"{here}:InstanceAttributeValues", f"{here}:AttributeDescriptions"]
+    options = python.setdefault("options", {})
+    options["extensions"] = [*options.get("extensions", []), *extensions]
 
 
 def _absolute_snippet_paths(config: MkDocsConfig, root: Path) -> None:
@@ -137,3 +145,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
         raise PluginError(str(exc)) from exc
     files.append(File.generated(config, "benchmarks.md", content=benchmarks))
     return files
+
+
+def on_page_content(html: str, **kwargs: Any) -> str:
+    return render_roles(html)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import html
+import os
+import re
 
 __all__ = ["render_cli_page"]
 
@@ -31,6 +33,24 @@ def _cell(text: str) -> str:
     return html.escape(" ".join(text.split())).replace("|", "&#124;")
 
 
+_HELP_DEFAULT = re.compile(r"\(default: ([^()]*(?:\([^()]*\)[^()]*)*)\)")
+
+
+def _shown_default(action: argparse.Action) -> str:
+    """What the option is when not given: a flag is off, a repeatable option empty, a ``None``
+    default whatever the help text says it falls back to."""
+    if action.nargs == 0:
+        return "off"
+    stated = _HELP_DEFAULT.search(action.help or "")
+    if action.default is None or action.default == []:
+        if stated:
+            return stated.group(1)
+        return "none" if action.default == [] else "not set"
+    if isinstance(action.default, str | os.PathLike):
+        return os.fspath(action.default)
+    return repr(action.default)
+
+
 def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
     rows = []
     for action in parser._actions:
@@ -43,12 +63,7 @@ def _argument_rows(parser: argparse.ArgumentParser) -> list[str]:
             name = ", ".join(f"{opt}{metavar}" for opt in action.option_strings)
         else:
             name = str(action.metavar or action.dest)
-        default = action.default
-        shown_default = (
-            ""
-            if default in (None, False, argparse.SUPPRESS) or action.nargs == 0
-            else repr(default)
-        )
+        shown_default = _shown_default(action)
         choices = ", ".join(map(str, action.choices)) if action.choices else ""
         rows.append(
             f"| <code>{_cell(name)}</code> | {_cell(action.help or '')} | {_cell(choices)} | {_cell(shown_default)} |"
@@ -66,7 +81,8 @@ def _section(parser: argparse.ArgumentParser, title: str, level: int, help_text:
     out += ["```text", parser.format_usage().strip(), "```", ""]
     rows = _argument_rows(parser)
     if rows:
-        out += ["| Argument | What | Choices | Default |", "|---|---|---|---|", *rows, ""]
+        out += ['<div class="ts-cli" markdown="1">', "", "| Argument | What | Choices | Default |",
+                "|---|---|---|---|", *rows, "", "</div>", ""]
     return out
 
 

@@ -10,6 +10,7 @@ suite itself (the suite builds the docs, and a build that ran pytest would recur
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,10 +125,15 @@ def _md_cell(text: str) -> str:
     return _INLINE.renderInline(text).replace("|", "&#124;")
 
 
+def _breakable(text: str) -> str:
+    """Escaped text that may wrap after ``_``, ``/`` and ``.`` only — between words, never inside one."""
+    return re.sub(r"([_/.])", r"\1<wbr>", _cell(text))
+
+
 def _test_cell(item: SpecItem) -> str:
-    """The test's name, and below it the file (relative to the spec), which wraps at slashes."""
+    """The test's name, and below it the file (relative to the spec); both wrap between words."""
     file, _, name = item.test.partition("::")
-    return f'<code>{_cell(name)}</code><br><small title="{_cell(item.test)}">{_cell(file)}</small>'
+    return f'<code>{_breakable(name)}</code><br><small title="{_cell(item.test)}">{_breakable(file)}</small>'
 
 
 def _badge(kind: str, text: str) -> str:

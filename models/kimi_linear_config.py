@@ -5,10 +5,17 @@ Accepts both spellings HF uses: the config-class names (``num_local_experts``,
 (``num_experts``, ``model_max_length``, …), plus the original checkpoint's ``linear_attn_config``
 block (1-indexed ``kda_layers`` / ``full_attn_layers``) and ``first_k_dense_replace``. Refuses
 absurd sizes, unknown layer types and inconsistent head counts in one ``ConfigError``.
+
+``head_dim`` and ``qk_head_dim`` are derived, as HF's ``KimiLinearConfig.__post_init__`` derives
+them (``qk_rope_head_dim`` and ``qk_nope_head_dim + qk_rope_head_dim``): HF ignores the stored
+values, so a ``config.json`` whose stored values disagree loads here too, with a warning naming the
+values used. ``tie_word_embeddings`` is ignored the same way: HF's ``KimiLinearForCausalLM`` ties
+nothing and keeps its own ``lm_head.weight``.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Final
@@ -49,8 +56,6 @@ _SCHEMA: Final = ConfigSchema(
         Field("qk_rope_head_dim", _INT, 64, minimum=0, maximum=4096),
         Field("qk_nope_head_dim", _INT, 128, minimum=0, maximum=4096),
         Field("v_head_dim", _INT, 128, minimum=1, maximum=4096),
-        Field("head_dim", _OPT_INT, None),  # derived by HF (= qk_rope_head_dim); checked if present
-        Field("qk_head_dim", _OPT_INT, None),  # derived by HF (= nope + rope); checked if present
         Field("attention_bias", _BOOL, False),
         Field("n_shared_experts", _INT, 1, minimum=0, maximum=64),
         Field("routed_scaling_factor", _FLOAT, 2.446, minimum=0.0, maximum=1e4),
@@ -75,6 +80,9 @@ _SCHEMA: Final = ConfigSchema(
         Field("eos_token_id", (int, list, None), 163586),
     ),
 )
+
+# Written by save_pretrained but derived on load, whatever was stored (see the module docstring).
+_DERIVED: Final = ("head_dim", "qk_head_dim")
 
 _MAX_PARAMETERS: Final = 200e9  # beyond this a config is a typo, not a model
 
@@ -196,9 +204,6 @@ def _size_rules(values: dict[str, Any]) -> Iterable[str]:
     rope, nope = values["qk_rope_head_dim"], values["qk_nope_head_dim"]
     if rope + nope < 1:
         yield "qk_rope_head_dim + qk_nope_head_dim must be >= 1"
-    for field, expected in (("head_dim", rope), ("qk_head_dim", rope + nope)):
-        if values[field] is not None and values[field] != expected:
-            yield f"{field}={values[field]} disagrees with the head sizes (expected {expected})"
     if values["hidden_act"] not in ACTIVATIONS:
         yield f"hidden_act: {values['hidden_act']!r} is not supported; use one of {sorted(ACTIVATIONS)}"
     if SPARSE in values["mlp_layer_types"]:
@@ -210,9 +215,6 @@ def _size_rules(values: dict[str, Any]) -> Iterable[str]:
         elif values["num_experts_per_tok"] > experts // groups * values["topk_group"]:
             yield (f"num_experts_per_tok={values['num_experts_per_tok']} exceeds the "
                    f"{experts // groups * values['topk_group']} experts in the topk_group kept groups")
-    if values["tie_word_embeddings"]:
-        yield ("tie_word_embeddings: KimiLinearForCausalLM keeps a separate LM head (HF ignores the "
-               "flag and would leave lm_head untrained); set it to false and ship lm_head.weight")
     for field in ("pad_token_id", "bos_token_id"):
         token = values[field]
         if token is not None and not 0 <= token < values["vocab_size"]:
@@ -243,13 +245,33 @@ def _parameter_estimate(v: Mapping[str, Any]) -> float:
     return 2.0 * v["vocab_size"] * h + sum(mixer[a] + mlp[m] for a, m in layers)
 
 
+def _warn_on_ignored_derived(stored: Mapping[str, Any], values: Mapping[str, Any]) -> None:
+    rope, nope = values["qk_rope_head_dim"], values["qk_nope_head_dim"]
+    derived = {"head_dim": rope, "qk_head_dim": rope + nope}
+    ignored = [f"{name}={value!r} (using {derived[name]})" for name, value in stored.items()
+               if value != derived[name]]
+    if values["tie_word_embeddings"]:
+        ignored.append("tie_word_embeddings=true (the LM head stays separate: lm_head.weight)")
+    if ignored:
+        warnings.warn(
+            f"{ARCHITECTURE} config: ignoring the stored {', '.join(ignored)}; like HF, head_dim is "
+            "qk_rope_head_dim, qk_head_dim is qk_nope_head_dim + qk_rope_head_dim and the LM head is "
+            "never tied to the embedding.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def parse_kimi_linear_config(config: Mapping[str, Any]) -> KimiLinearConfig:
     """Validated settings from an HF-style config dict; raises ``ConfigError`` listing every problem."""
     if not isinstance(config, Mapping):
         raise ConfigError(f"{ARCHITECTURE}: a config must be a dict, got {type(config).__name__}.")
-    values = _SCHEMA.parse(_normalise(config), checks=[_rules])
+    normalised = _normalise(config)
+    stored = {name: normalised.pop(name) for name in _DERIVED if name in normalised}
+    values = _SCHEMA.parse(normalised, checks=[_rules])
+    _warn_on_ignored_derived(stored, values)
     eos = values.pop("eos_token_id")
-    for derived in ("num_key_value_heads", "head_dim", "qk_head_dim", "first_k_dense_replace"):
+    for derived in ("num_key_value_heads", "first_k_dense_replace"):
         values.pop(derived)
     values["layer_types"] = tuple(values["layer_types"])
     values["mlp_layer_types"] = tuple(values["mlp_layer_types"])

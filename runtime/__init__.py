@@ -1,7 +1,9 @@
 """tokenstate.runtime — what runs: registry, scheduler, device mirror, kernels, runner, LLM API."""
 
+from tokenstate.runtime.engine import Engine as Engine, EngineConfig as EngineConfig
 from tokenstate.runtime.llm import LLM as LLM
 from tokenstate.runtime.outputs import (
+    CompletionOutput as CompletionOutput,
     EngineStats as EngineStats,
     FinishReason as FinishReason,
     RequestOutput as RequestOutput,
@@ -28,6 +30,9 @@ __all__ = [
     "ON_UNHONORED",
     "SCHEDULING_ORDERS",
     "Arrival",
+    "CompletionOutput",
+    "Engine",
+    "EngineConfig",
     "EngineStats",
     "FinishReason",
     "ModelFactory",

@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tokenstate.contracts import TokenStateError
+from tokenstate.contracts import TokenStateError, get_checks_mode
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -95,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        get_checks_mode()  # a bad TOKENSTATE_CHECKS is refused by every command, before it runs
         return int(args.handler(args))
     except TokenStateError as exc:
         if args.debug:

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
+from collections.abc import Sequence
 
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from tokenstate.contracts import CHECK_MODES, ConfigError
-from tokenstate.runtime import registry
+from tokenstate.runtime.cli_support import factories_in, import_modules
 from tokenstate.runtime.gate import GateConfig, GateReport, run_gate
 from tokenstate.runtime.gate_matrix import CellReport
+from tokenstate.runtime.outputs import RequestOutput
+from tokenstate.runtime.progress import observe_steps
 
 __all__ = ["add_model_arguments", "gate_config", "gate_models", "render_gate", "run_gate_command"]
 
@@ -23,11 +25,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", action="append", default=[], metavar="NAME",
         help="a preset (tiny-llama), an architecture, or an HF-format directory; repeatable "
-        "(default: the first preset of every registered model)",
+        "(default: the first preset of every model the --module packages define, else of every "
+        "registered model)",
     )
     parser.add_argument(
         "--module", action="append", default=[], metavar="PKG",
-        help="import PKG first so the models it registers are included; repeatable",
+        help="import PKG (the current directory is importable) and gate only the models it "
+        "defines; repeatable",
     )
     parser.add_argument("--requests", type=int, default=8, help="requests per model (default: 8)")
     parser.add_argument("--max-tokens", type=int, default=32, help="tokens per request (default: 32)")
@@ -66,16 +70,16 @@ def gate_config(args: argparse.Namespace) -> GateConfig:
 
 
 def gate_models(args: argparse.Namespace) -> list[str]:
-    """Import ``--module`` packages, then the models to gate (explicit, or every registered one)."""
-    for name in args.module:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise ConfigError(f"--module {name}: cannot import it ({exc}).") from exc
+    """Import ``--module`` packages, then the models to gate.
+
+    ``--model`` names them explicitly; otherwise the first preset of every model the ``--module``
+    packages define, or of every registered model when no ``--module`` is given.
+    """
+    import_modules(args.module)
     if args.model:
         return list(args.model)
     models = []
-    for factory in registry.factories():
+    for factory in factories_in(args.module):
         if not factory.presets:
             raise ConfigError(
                 f"registered model {factory.name!r} has no embedded preset to gate; pass --model with "
@@ -86,13 +90,22 @@ def gate_models(args: argparse.Namespace) -> list[str]:
 
 
 def run_gates(models: list[str], config: GateConfig, console: Console, quiet: bool) -> list[GateReport]:
+    """Gate every model, with a progress bar over the tokens the sync and async paths generate."""
     reports = []
-    with Progress(console=console, transient=True, disable=quiet) as progress:
-        task = progress.add_task("token gate", total=len(models))
-        for name in models:
-            progress.update(task, description=f"token gate: {name}")
-            reports.append(run_gate(name, config))
-            progress.advance(task)
+    columns = (*Progress.get_default_columns(), MofNCompleteColumn(), TextColumn("tokens"))
+    with Progress(*columns, console=console, transient=True, disable=quiet) as progress:
+        # Each request generates max_tokens on each of the two paths (the gate ignores EOS).
+        per_model = 2 * config.num_requests * config.max_tokens
+        task = progress.add_task("token gate", total=per_model * len(models))
+
+        def advance(finished: Sequence[RequestOutput]) -> None:
+            progress.advance(task, sum(len(out.token_ids) for out in finished))
+
+        with observe_steps(advance):
+            for i, name in enumerate(models):
+                progress.update(task, description=f"token gate: {name}", completed=i * per_model)
+                reports.append(run_gate(name, config))
+        progress.update(task, completed=per_model * len(models))
     return reports
 
 
@@ -106,8 +119,10 @@ def _cell(report: GateReport, comparison: str) -> str:
 def render_gate(reports: list[GateReport], console: Console) -> None:
     """A summary table per model, then every failing request with its first divergence."""
     table = Table(title="token gate (matched/total tokens)", title_justify="left")
-    for column in ("model", "async vs sync", "sync vs oracle", "async vs oracle", "async steps", "fallback steps", "result"):
-        table.add_column(column)
+    # Model names never wrap or shrink (CI logs are 80 columns wide); the numeric columns give way.
+    table.add_column("model", no_wrap=True, min_width=max((len(r.model) for r in reports), default=5))
+    for column in ("async vs sync", "sync vs oracle", "async vs oracle", "async steps", "fallback steps", "result"):
+        table.add_column(column, overflow="fold")
     for r in reports:
         stats = r.stats.get("async", {})
         table.add_row(

@@ -27,7 +27,7 @@ from tokenstate.runtime.llm import LLM
 from tokenstate.runtime.outputs import RequestOutput
 from tokenstate.runtime.params import SamplingParams
 from tokenstate.runtime.registry import ModelFactory
-from tokenstate.runtime.step_audit import audit_runner
+from tokenstate.runtime.step_audit import audit_engine
 from tokenstate.runtime.workload import Arrival, run_workload
 
 __all__ = [
@@ -413,7 +413,7 @@ def _fresh_slots(
 
 
 def _audit(llm: LLM) -> None:
-    audit_runner(llm._runner)  # the gate audits the runtime's own engine: same package
+    audit_engine(llm._engine)  # the gate audits the runtime's own engine: same package
 
 
 def run_cell(cell: ScheduleCell, ctx: MatrixContext) -> CellReport:

@@ -9,24 +9,84 @@ prompt order; none is dropped or silently truncated.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from tokenstate.contracts import ConfigError
 from tokenstate.runtime import registry
+from tokenstate.runtime.engine import Engine, EngineConfig
+from tokenstate.runtime.engine_config import ON_UNHONORED, OnUnhonored
 from tokenstate.runtime.outputs import EngineStats, RequestOutput
 from tokenstate.runtime.params import SamplingParams
+from tokenstate.runtime.progress import notify_step
 from tokenstate.runtime.registry import ModelFactory, ServableModel
-from tokenstate.runtime.runner import ON_UNHONORED, ModelRunner, OnUnhonored
 from tokenstate.runtime.scheduler import SCHEDULING_ORDERS, Request, SchedulingOrder
 from tokenstate.runtime.spec_decode import SpeculativeConfig
+from tokenstate.runtime.stream import Chaos, chaos_from_env
 
 __all__ = ["LLM"]
+
+# vLLM engine options tokenstate does not take, with what to do instead (anything else unknown is
+# refused too, naming the supported options).
+_VLLM_ENGINE_OPTIONS: dict[str, str] = {
+    "tokenizer": "tokenstate works on token ids; tokenize prompts yourself",
+    "tensor_parallel_size": "tokenstate runs one device; use device='cpu' or device='cuda'",
+    "pipeline_parallel_size": "tokenstate runs one device; use device='cpu' or device='cuda'",
+    "gpu_memory_utilization": "size the KV budget with kv_cache_tokens=...",
+    "max_model_len": "the context length comes from the model config (max_position_embeddings)",
+    "enforce_eager": "tokenstate always runs eagerly",
+    "trust_remote_code": "models are registered ModelFactory objects, never remote code",
+    "quantization": "the reference models run unquantized",
+    "max_num_batched_tokens_per_seq": "use max_num_batched_tokens",
+}
+# The dtypes the reference models compute in; "auto" is vLLM's "whatever the model uses".
+_DTYPES = {"auto": torch.float32, "float32": torch.float32, "float": torch.float32}
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _serialized(method: _F) -> _F:
+    """Run ``method`` under the engine's lock: concurrent callers take turns, never interleave."""
+
+    def locked(self: LLM, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    # Not functools.wraps: with the method's annotations copied, a type checker (beartype under
+    # --tokenstate-checks) would refuse a bad argument before the method's own typed error.
+    locked.__name__, locked.__qualname__, locked.__doc__ = method.__name__, method.__qualname__, method.__doc__
+    locked.__wrapped__ = method  # type: ignore[attr-defined]
+    locked.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
+    return locked  # type: ignore[return-value]
+
+
+def _dtype(dtype: object) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        if dtype == torch.float32:
+            return dtype
+    elif isinstance(dtype, str) and dtype in _DTYPES:
+        return _DTYPES[dtype]
+    raise ConfigError(
+        f"LLM: dtype={dtype!r} is not supported; the reference models compute in float32 — use "
+        "dtype='auto' or dtype='float32'."
+    )
+
+
+def _refuse_engine_options(options: Mapping[str, object]) -> None:
+    for name in options:
+        accepted = [
+            p.name for p in inspect.signature(LLM.__init__).parameters.values()
+            if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
+        instead = _VLLM_ENGINE_OPTIONS.get(name, f"supported options: {', '.join(accepted)}")
+        raise ConfigError(f"LLM({name}=...) is not supported: {instead}.")
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -78,9 +138,23 @@ def _load_model(
             )
         return factory, factory.load(path, device=device)
     name = os.fspath(model)
+    if not isinstance(model, str) or _looks_like_path(name):
+        if path.exists():
+            raise ConfigError(
+                f"LLM: model path {name!r} is not a directory; pass an HF-format directory "
+                "(config.json + safetensors) or a registered name."
+            )
+        raise ConfigError(
+            f"LLM: model path {name!r} does not exist (tokenstate never downloads from the Hub); "
+            "pass an existing HF-format directory (config.json + safetensors) or a registered name."
+        )
     factory = registry.resolve(name)
     preset = name if name in factory.presets else _first_preset(factory)
     return factory, factory.build_preset(preset, device=device)
+
+
+def _looks_like_path(name: str) -> bool:
+    return os.sep in name or "/" in name or name.startswith((".", "~"))
 
 
 class LLM:
@@ -93,6 +167,8 @@ class LLM:
         async_scheduling: prepare step N+1 before step N's tokens reach the host (the device
             splices them in). ``False`` runs every step on fresh host ids.
         device: execution device, ``"cpu"`` or ``"cuda"``.
+        dtype: compute dtype, as vLLM's ``dtype=``: ``"auto"`` (the model's) or ``"float32"``
+            (the reference models compute in float32; anything else is refused).
         max_num_seqs: requests running at once (also the number of slots).
         max_num_batched_tokens: token budget per step; longer prompts are prefilled in chunks.
         seed: engine seed, from which requests without their own seed derive one.
@@ -108,9 +184,14 @@ class LLM:
             2): prompt-lookup drafts proposed on the device, verified greedily. Only for models
             whose factory declares ``supports_speculative=True``.
 
-    Besides :meth:`generate`, the engine can be driven request by request, as a server does:
-    :meth:`add_request` queues a request at any time, :meth:`step` runs one engine step and returns
-    the requests that finished in it, :meth:`has_unfinished_requests` says when to stop.
+    Besides `generate`, the engine can be driven request by request, as a server does:
+    `add_request` queues a request at any time, `step` runs one engine step and returns the
+    requests that finished in it, `has_unfinished_requests` says when to stop.
+
+    One engine may be shared by several threads: `generate`, `add_request` and `step` take the
+    engine's lock, so concurrent calls run one after another, never interleaved. vLLM engine
+    options tokenstate does not take (``tensor_parallel_size``, ``tokenizer``, ...) are refused with
+    a `ConfigError` that names the alternative.
     """
 
     def __init__(
@@ -126,7 +207,13 @@ class LLM:
         scheduling_order: SchedulingOrder = "decode_first",
         kv_cache_tokens: int | None = None,
         speculative: dict[str, Any] | None = None,
+        chaos: int | None = None,
+        dtype: str | torch.dtype = "auto",
+        **unsupported: object,
     ) -> None:
+        _refuse_engine_options(unsupported)
+        self.dtype: torch.dtype = _dtype(dtype)
+        """The compute dtype (``torch.float32``)."""
         if not isinstance(async_scheduling, bool):
             raise ConfigError(f"LLM: async_scheduling must be a bool, got {async_scheduling!r}.")
         if on_unhonored not in ON_UNHONORED:
@@ -143,7 +230,11 @@ class LLM:
         if kv_cache_tokens is not None:
             _positive_int("kv_cache_tokens", kv_cache_tokens)
         dev = _device(device)
-        self.factory, self.model = _load_model(model, dev)
+        factory, built = _load_model(model, dev)
+        self.factory: ModelFactory = factory
+        """The registered factory serving the model (its forward, opt-in and presets)."""
+        self.model: Any = built
+        """The built model (a `ServableModel`): ``vocab_size``, ``max_model_len``, weights."""
         if not isinstance(self.model, ServableModel):
             raise ConfigError(
                 f"model {self.factory.name!r}: the built model lacks vocab_size / max_model_len / "
@@ -152,29 +243,33 @@ class LLM:
         spec = SpeculativeConfig.parse(
             speculative, model=self.factory.name, supported=self.factory.supports_speculative
         )
-        self.seed = seed
-        self.kv_cache_tokens = kv_cache_tokens
-        self.stats = EngineStats()
+        self.seed: int = seed
+        """The engine seed (requests without their own seed derive one from it)."""
+        self.kv_cache_tokens: int | None = kv_cache_tokens
+        """The KV/state token budget of the running requests (``None``: only the slots limit)."""
+        self.stats: EngineStats = EngineStats()
+        """Step counters over the engine's lifetime (see `EngineStats`)."""
+        self._lock = threading.Lock()
         self._num_requests = 0
         self._next_request_id = 0
-        self._runner = ModelRunner(
-            self.factory,
-            self.model,
-            device=dev,
+        config = EngineConfig(
             async_scheduling=async_scheduling,
-            on_unhonored=on_unhonored,
+            device=dev,
             max_num_seqs=_positive_int("max_num_seqs", max_num_seqs),
             max_num_batched_tokens=_positive_int("max_num_batched_tokens", max_num_batched_tokens),
-            stats=self.stats,
-            kv_cache_tokens=kv_cache_tokens,
-            scheduling_order=scheduling_order,
             seed=seed,
+            on_unhonored=on_unhonored,
+            scheduling_order=scheduling_order,
+            kv_cache_tokens=kv_cache_tokens,
             speculative=spec,
+            chaos=chaos_from_env() if chaos is None else Chaos(chaos),
         )
+        self._engine = Engine(self.factory, self.model, config, self.stats)
 
     @property
     def async_scheduling(self) -> bool:
-        return self._runner.async_scheduling
+        """Whether the engine schedules asynchronously (as passed to the constructor)."""
+        return self._engine.config.async_scheduling
 
     def _derived_seed(self) -> int:
         digest = hashlib.blake2b(
@@ -184,6 +279,13 @@ class LLM:
 
     def _validate_prompt(self, index: int, prompt: object) -> tuple[int, ...]:
         vocab, max_len = self.model.vocab_size, self.model.max_model_len
+        if isinstance(prompt, Mapping):  # vLLM's TokensPrompt: {"prompt_token_ids": [...]}
+            if set(prompt) != {"prompt_token_ids"}:
+                raise ConfigError(
+                    f"prompt {index}: a dict prompt must hold only 'prompt_token_ids' (vLLM's "
+                    f"TokensPrompt), got keys {sorted(prompt)}."
+                )
+            prompt = prompt["prompt_token_ids"]
         if isinstance(prompt, str | bytes) or not isinstance(prompt, Sequence):
             raise ConfigError(
                 f"prompt {index}: expected a list of token ids, got {type(prompt).__name__} (tokenize "
@@ -197,11 +299,13 @@ class LLM:
                 f"of max_model_len={max_len}, which must also hold at least one generated token; "
                 f"shorten the prompt to at most {max_len - 1} tokens."
             )
-        bad = [
-            t
-            for t in prompt
-            if isinstance(t, bool) or not isinstance(t, Integral) or not 0 <= t < vocab
-        ]
+        not_ids = [t for t in prompt if isinstance(t, bool) or not isinstance(t, Integral)]
+        if not_ids:
+            raise ConfigError(
+                f"prompt {index}: token ids must be ints, got {not_ids[:8]} "
+                f"({type(not_ids[0]).__name__}); convert them, e.g. [int(t) for t in ids]."
+            )
+        bad = [t for t in prompt if not 0 <= t < vocab]
         if bad:
             raise ConfigError(
                 f"prompt {index}: token ids {bad[:8]} are outside the vocabulary [0, {vocab}) of model "
@@ -242,10 +346,15 @@ class LLM:
         self._num_requests += 1
         return Request(request_id, prompt, params, seed, self.model.eos_token_id)
 
+    @_serialized
     def has_unfinished_requests(self) -> bool:
         """Whether a request is waiting, running, or has a step in flight."""
-        return self._runner.scheduler.has_unfinished or self._runner.has_pending
+        return self._has_unfinished()
 
+    def _has_unfinished(self) -> bool:
+        return self._engine.has_unfinished
+
+    @_serialized
     def add_request(self, prompt: Sequence[int], params: SamplingParams | None = None) -> int:
         """Queue one request (validated now); returns its ``request_id`` (0, 1, ... per engine).
 
@@ -256,32 +365,54 @@ class LLM:
         request_id = self._next_request_id
         params = self._validate_params(request_id, SamplingParams() if params is None else params, checked)
         self._next_request_id += 1
-        self._runner.scheduler.add(self._request(request_id, checked, params))
+        self._engine.add(self._request(request_id, checked, params))
         return request_id
 
+    @_serialized
     def step(self) -> list[RequestOutput]:
         """Run one engine step; returns the requests whose finish the host learnt in it."""
-        if not self.has_unfinished_requests():
+        if not self._has_unfinished():
             return []
         try:
-            finished = self._runner.step()
+            finished = self._engine.step()
         except BaseException:
-            self._runner.abort()
+            self._engine.abort()
             raise
         self.stats.finished_requests += len(finished)
-        return [req.to_output() for req in finished]
+        done = [req.to_output() for req in finished]
+        notify_step(done)
+        return done
 
+    @_serialized
     def generate(
         self,
-        prompts: Sequence[Sequence[int]],
-        sampling: SamplingParams | Sequence[SamplingParams] | None = None,
+        prompts: Sequence[Sequence[int] | Mapping[str, Sequence[int]]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        **unsupported: object,
     ) -> list[RequestOutput]:
-        """Generate for every prompt; returns one :class:`RequestOutput` per prompt, in order."""
+        """Generate for every prompt; returns one `RequestOutput` per prompt, in order.
+
+        Args:
+            prompts: token-id lists (or vLLM ``{"prompt_token_ids": [...]}`` dicts).
+            sampling_params: one `SamplingParams` for all prompts, or one per prompt
+                (default: ``SamplingParams()``).
+        """
+        for name in unsupported:
+            raise ConfigError(
+                f"generate({name}=...) is not supported; generate takes prompts and "
+                "sampling_params=SamplingParams(...) (one, or a list with one per prompt)."
+            )
+        sampling = sampling_params
         if isinstance(prompts, str | bytes) or not isinstance(prompts, Sequence):
             raise ConfigError(
                 f"generate: prompts must be a list of token-id lists, got {type(prompts).__name__}."
             )
-        if self.has_unfinished_requests():
+        if prompts and all(isinstance(p, Integral) for p in prompts):
+            raise ConfigError(
+                "generate: prompts must be a list of prompts, got one flat list of ints; for a "
+                f"single prompt pass [[{', '.join(map(str, list(prompts)[:3]))}, ...]]."
+            )
+        if self._has_unfinished():
             raise ConfigError(
                 "generate: requests added with add_request are still unfinished; drive them to the "
                 "end with step() before calling generate."
@@ -298,7 +429,7 @@ class LLM:
             ]
         else:
             raise ConfigError(
-                f"generate: sampling must be one SamplingParams or a list of {len(checked)} (one per "
+                f"generate: sampling_params must be one SamplingParams or a list of {len(checked)} (one per "
                 f"prompt), got {sampling!r}."
             )
         requests = [
@@ -308,16 +439,17 @@ class LLM:
         return self._run(requests)
 
     def _run(self, requests: list[Request]) -> list[RequestOutput]:
-        runner = self._runner
+        engine = self._engine
         for req in requests:
-            runner.scheduler.add(req)
+            engine.add(req)
         outputs: dict[int, RequestOutput] = {}
         try:
-            while runner.scheduler.has_unfinished or runner.has_pending:
-                for req in runner.step():
-                    outputs[req.request_id] = req.to_output()
+            while engine.has_unfinished:
+                done = [req.to_output() for req in engine.step()]
+                outputs.update((out.request_id, out) for out in done)
+                notify_step(done)
         except BaseException:
-            runner.abort()
+            engine.abort()
             raise
         self.stats.finished_requests += len(outputs)
         return [outputs[req.request_id] for req in requests]

@@ -5,12 +5,12 @@ The mirror holds what the async path needs on the device — each slot's ``last_
 penalties — and moves the per-step host inputs up and each step's results (sampled tokens, emitted
 counts, next drafts) down. Everything is indexed by slot and reseeded when a request is admitted.
 
-On CUDA the uploads go through pinned staging buffers with non-blocking copies, and the sampled
-tokens come back through a pinned buffer whose copy is fenced by an event: the host only waits at
-:meth:`PendingTokens.resolve`, the one explicit sync point. On the CPU the same data flow runs with
-separate CPU tensors (staging buffer → device buffer copies, a deferred clone of the sampled
-tokens), so the host still learns a step's tokens only when it resolves them — one step late on the
-async path, exactly as on a GPU.
+Nothing here touches a device tensor from the host thread: the host *stages* (writes a host
+buffer, waits on a fence) and *submits* (the copy, the reseed) to the mirror's
+:class:`~tokenstate.runtime.stream.DeviceStream`. The same double-buffered staging and the same
+events run on CUDA (pinned buffers, non-blocking copies, ``torch.cuda.Event``) and on the CPU (a
+worker thread, real events), so the host learns a step's tokens only when it resolves them — one
+step late on the async path — and a missing fence fails on the CPU as it would on a GPU.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from tokenstate.contracts import PLACEHOLDER, BatchLayout
 from tokenstate.runtime.input_prep import HostStepInputs
 from tokenstate.runtime.kernels.guard import StepGuard
 from tokenstate.runtime.scheduler import Request
+from tokenstate.runtime.stream import DeviceStream, StreamEvent
 
 __all__ = ["DeviceMirror", "DeviceStepInputs", "PendingTokens"]
 
@@ -52,75 +53,83 @@ class DeviceStepInputs:
 
 
 class _Staging:
-    """A host buffer and its device twin; on CUDA two pinned buffers alternate, each fenced."""
+    """Double-buffered host staging for one dtype, and the device buffer its copies land in.
 
-    def __init__(self, device: torch.device, capacity: int, dtype: torch.dtype) -> None:
-        self.device = device
+    The host writes buffer ``t`` while the stream may still be copying out of buffer ``1 - t``; before
+    buffer ``t`` is rewritten, the host waits on the event recorded after *its* last copy (the
+    staging-reuse fence). On CUDA the host buffers are pinned and the copy is non-blocking; on the
+    CPU stream the copy runs on the worker — the same order, the same fence.
+    """
+
+    def __init__(self, stream: DeviceStream, capacity: int, dtype: torch.dtype) -> None:
+        self.stream = stream
         self.dtype = dtype
-        self._pinned = device.type == "cuda"
+        self._pinned = stream.device.type == "cuda"
         self._alloc(capacity)
 
     def _alloc(self, capacity: int) -> None:
+        # Fresh tensors, never resized in place: a copy still in flight keeps the old ones alive.
         self.capacity = capacity
         self.host = [
             torch.empty(capacity, dtype=self.dtype, pin_memory=self._pinned) for _ in range(2)
         ]  # 2 x [capacity] of dtype
-        self.fences: list[torch.cuda.Event | None] = [None, None]
-        self.device_buf = torch.empty(capacity, dtype=self.dtype, device=self.device)  # [capacity]
+        self.fences: list[StreamEvent | None] = [None, None]
+        self.device_buf = torch.empty(capacity, dtype=self.dtype, device=self.stream.device)
         self._turn = 0
 
+    def _writable(self) -> int:
+        """The host buffer that may be rewritten now: the one whose last copy has finished."""
+        turn, self._turn = self._turn, 1 - self._turn
+        fence = self.fences[turn]
+        if fence is not None:
+            fence.wait()  # its copy (two uploads ago) must have left the buffer
+        return turn
+
     def upload(self, parts: Sequence[np.ndarray]) -> list[torch.Tensor]:
+        """Stage ``parts`` and submit their copy; returns the device views (filled in stream order)."""
         sizes = [p.shape[0] for p in parts]
         total = sum(sizes)
         if total > self.capacity:
             self._alloc(max(total, 2 * self.capacity))
-        turn, self._turn = self._turn, 1 - self._turn
-        fence = self.fences[turn]
-        if fence is not None:
-            fence.synchronize()  # the copy two steps ago must be done before its buffer is rewritten
-        host = self.host[turn]
-        np.concatenate(parts, out=host.numpy()[:total], casting="same_kind")
-        dev = self.device_buf[:total]
-        dev.copy_(host[:total], non_blocking=self._pinned)
-        if self._pinned:
-            event = torch.cuda.Event()
-            event.record()
-            self.fences[turn] = event
+        turn = self._writable()
+        host = self.host[turn][:total]
+        np.concatenate(parts, out=host.numpy(), casting="same_kind")
+        dev = self.device_buf[:total]  # only the stream writes it, in order: one buffer suffices
+        self.stream.submit(_copy, dev, host, self._pinned)
+        self.fences[turn] = self.stream.record_event()
         return list(torch.split(dev, sizes))
 
 
+def _copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool) -> None:
+    dst.copy_(src, non_blocking=non_blocking)
+
+
 class PendingTokens:
-    """A step's sampled tokens on their way to the host; :meth:`resolve` is the step's sync point."""
+    """A step's results on their way to the host; :meth:`resolve` is the step's sync point.
+
+    The stream copies the results into ``host`` and then passes ``event``; the host reads ``host``
+    only after waiting on the event (the pending-token fence).
+    """
 
     __slots__ = ("_event", "_guard", "_host", "_layout")
 
     def __init__(
         self,
-        sampled: torch.Tensor,
+        host: torch.Tensor,
+        event: StreamEvent,
         guard: StepGuard,
         layout: BatchLayout | None,
-        host_buffer: torch.Tensor | None,
     ) -> None:
-        if sampled.device.type == "cuda":
-            assert host_buffer is not None
-            self._host = host_buffer[: sampled.shape[0]]  # [num_logits] int32, pinned
-            self._host.copy_(sampled, non_blocking=True)
-            self._event: torch.cuda.Event | None = torch.cuda.Event()
-            self._event.record()
-        else:
-            # The CPU "copy": a snapshot the host does not look at until resolve(), so the host
-            # learns the tokens exactly when it would on a GPU.
-            self._host = sampled.clone()
-            self._event = None
+        self._host = host  # [n] int32, written by the stream before ``event``
+        self._event = event
         self._guard = guard
         self._layout = layout
 
     def resolve(self) -> np.ndarray:
         """Wait for the copy, raise any contract violation recorded in the step, return the tokens."""
-        if self._event is not None:
-            self._event.synchronize()
+        self._event.synchronize()
         self._guard.raise_if_violated(self._layout)
-        return self._host.numpy()  # [num_logits] int32
+        return self._host.numpy()  # [n] int32
 
 
 class DeviceMirror:
@@ -129,12 +138,14 @@ class DeviceMirror:
     def __init__(
         self,
         num_slots: int,
-        device: torch.device,
+        stream: DeviceStream,
         *,
         max_model_len: int,
         max_drafts: int = 0,
         capacity: int = 1024,
     ) -> None:
+        device = stream.device
+        self.stream = stream
         self.device = device
         self.max_model_len = max_model_len
         i32 = {"dtype": torch.int32, "device": device}
@@ -158,8 +169,8 @@ class DeviceMirror:
         self.history = torch.zeros((num_slots, max_model_len), **i32)  # [num_slots, max_model_len]
         # int32 inputs (the kernels' operands) and int64 ones (torch index operands) are staged
         # apart, so that no upload is followed by per-tensor dtype conversions on the device.
-        self._staging = _Staging(device, capacity, torch.int32)
-        self._staging_long = _Staging(device, capacity, torch.int64)
+        self._staging = _Staging(stream, capacity, torch.int32)
+        self._staging_long = _Staging(stream, capacity, torch.int64)
         # Per step: the sampled tokens (1 + drafts per row), the emitted count per row, the next drafts.
         most = num_slots * (2 + 2 * max_drafts)
         self._sampled_host = [
@@ -171,7 +182,10 @@ class DeviceMirror:
         """(Re)seed the slots of newly admitted requests, in one upload per kind of value.
 
         The token history of each slot gets every token the host knows about the request (its
-        prompt and, for a request resumed after preemption, its resolved output).
+        prompt and, for a request resumed after preemption, its resolved output). The values are
+        packed on the host now; the writes are submitted to the stream, so they land *after* the
+        in-flight step that may still write the slot's previous occupant's token (history write
+        order).
         """
         if not requests:
             return
@@ -193,6 +207,15 @@ class DeviceMirror:
             np.concatenate([r.slot * self.max_model_len + np.arange(len(k)) for r, k in zip(requests, known, strict=True)])
         )  # [total_known] int64  # fmt: skip
         history_tokens = torch.tensor([t for k in known for t in k], dtype=torch.int32)
+        self.stream.submit(
+            self._reseed, slots, ints, floats, seeds, history_index, history_tokens
+        )
+
+    def _reseed(
+        self, slots: torch.Tensor, ints: torch.Tensor, floats: torch.Tensor, seeds: torch.Tensor,
+        history_index: torch.Tensor, history_tokens: torch.Tensor,
+    ) -> None:  # fmt: skip
+        """On the stream: write the packed admission values into the slot-indexed state."""
         slots, ints, floats, seeds, history_index, history_tokens = (
             self._to_device(t) for t in (slots, ints, floats, seeds, history_index, history_tokens)
         )
@@ -244,10 +267,21 @@ class DeviceMirror:
             history_index=history_index_t,
         )
 
-    def start_copy(
-        self, sampled: torch.Tensor, guard: StepGuard, layout: BatchLayout | None
-    ) -> PendingTokens:
-        """Begin the device→host copy of a step's results (``[n]`` int32, packed by the runner)."""
+    def results_buffer(self, size: int) -> torch.Tensor:
+        """The host buffer a step's ``size`` packed results are copied into (``[size]`` int32).
+
+        Two alternate: the host resolves step N before the stream can reach step N+2's copy, which
+        is the only one that rewrites step N's buffer.
+        """
+        if size > self._sampled_host[0].shape[0]:
+            pinned = self.device.type == "cuda"
+            self._sampled_host = [
+                torch.empty(2 * size, dtype=torch.int32, pin_memory=pinned) for _ in range(2)
+            ]
         buffer = self._sampled_host[self._sampled_turn]
         self._sampled_turn = 1 - self._sampled_turn
-        return PendingTokens(sampled, guard, layout, buffer)
+        return buffer[:size]
+
+    def copy_results(self, host: torch.Tensor, results: torch.Tensor) -> None:
+        """On the stream: start the device→host copy of a step's packed results."""
+        host.copy_(results, non_blocking=self.device.type == "cuda")

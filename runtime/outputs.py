@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["EngineStats", "FinishReason", "RequestOutput", "TokenOrigin"]
+__all__ = ["CompletionOutput", "EngineStats", "FinishReason", "RequestOutput", "TokenOrigin"]
 
 FinishReason = Literal["stop", "length"]
 
@@ -28,6 +28,21 @@ class TokenOrigin:
 
 
 @dataclass(frozen=True, slots=True)
+class CompletionOutput:
+    """One completion of a request, in vLLM's shape (``output.outputs[0].token_ids``).
+
+    Attributes:
+        index: the completion's index within its request (always ``0``: one completion per prompt).
+        token_ids: the generated tokens, as in :attr:`RequestOutput.token_ids`.
+        finish_reason: as in :attr:`RequestOutput.finish_reason`.
+    """
+
+    index: int
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason
+
+
+@dataclass(frozen=True, slots=True)
 class RequestOutput:
     """One finished request.
 
@@ -39,6 +54,9 @@ class RequestOutput:
             model's context is full).
         origins: one :class:`TokenOrigin` per generated token (diagnostics: not compared by
             ``==``, since sync and async runs of the same request sample in different steps).
+
+    Code written for vLLM reads the same tokens through :attr:`outputs`:
+    ``output.outputs[0].token_ids == output.token_ids``.
     """
 
     request_id: int
@@ -46,6 +64,11 @@ class RequestOutput:
     token_ids: tuple[int, ...]
     finish_reason: FinishReason
     origins: tuple[TokenOrigin, ...] = field(default=(), compare=False)
+
+    @property
+    def outputs(self) -> tuple[CompletionOutput]:
+        """vLLM's view: the request's completions (exactly one)."""
+        return (CompletionOutput(0, self.token_ids, self.finish_reason),)
 
 
 @dataclass(slots=True)
@@ -95,6 +118,7 @@ class EngineStats:
 
     @property
     def total_steps(self) -> int:
+        """Every step the engine ran: ``async_steps + fallback_steps + sync_steps``."""
         return self.async_steps + self.fallback_steps + self.sync_steps
 
     def as_dict(self) -> dict[str, int]:

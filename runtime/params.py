@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from tokenstate.contracts import ConfigError
 
 __all__ = ["SamplingParams"]
+
+# vLLM SamplingParams options tokenstate does not implement, with what to do instead. Options not
+# listed here and not fields of SamplingParams are refused too, naming the supported ones.
+# The value that means "off" in vLLM is accepted, so ``n=1`` or ``logprobs=None`` copied from vLLM
+# code keeps working.
+_VLLM_NEUTRAL: dict[str, object] = {
+    "n": 1, "best_of": None, "min_tokens": 0, "logprobs": None, "prompt_logprobs": None,
+    "stop": None, "min_p": 0.0, "skip_special_tokens": True, "detokenize": True,
+}
+_VLLM_ONLY: dict[str, str] = {
+    "n": "tokenstate returns one completion per prompt; pass the prompt n times, each with its own seed",
+    "best_of": "tokenstate returns one completion per prompt; pass the prompt several times with seeds",
+    "min_tokens": "tokenstate never suppresses EOS or stop ids; use ignore_eos=True with max_tokens",
+    "logprobs": "tokenstate returns token ids only; run the model's forward yourself for logprobs",
+    "prompt_logprobs": "tokenstate returns token ids only; run the model's forward yourself",
+    "stop": "tokenstate works on token ids, not text; pass stop_token_ids=[...]",
+    "min_p": "use top_k or top_p",
+    "skip_special_tokens": "tokenstate never detokenizes; token_ids are returned as sampled",
+    "detokenize": "tokenstate never detokenizes; token_ids are returned as sampled",
+}
 
 
 def _require_int(name: str, value: object, *, minimum: int) -> None:
@@ -71,6 +92,11 @@ class SamplingParams:
     The penalties and ``bad_words`` read the request's history; the runner computes them from the
     token history held on the execution device, which always holds the real tokens (the host
     only learns a sampled token one step late), so they never read a placeholder.
+
+    vLLM options without an equivalent here (``n``, ``best_of``, ``min_tokens``, ``logprobs``,
+    ``prompt_logprobs``, ``stop``, ``min_p``, ...) are refused with a `ConfigError` that names
+    what to do instead; their neutral values (``n=1``, ``min_tokens=0``, ``logprobs=None``) are
+    accepted, so code written for vLLM keeps working where it means the same thing.
     """
 
     max_tokens: int = 16
@@ -135,3 +161,34 @@ class SamplingParams:
             or self.frequency_penalty != 0.0
             or bool(self.bad_words)
         )
+
+
+_FIELDS = tuple(f.name for f in fields(SamplingParams))
+
+
+def _refuse_unknown_options(init):  # type: ignore[no-untyped-def]
+    """Turn an unknown keyword (a vLLM option we lack, a typo) into a ConfigError, not a TypeError."""
+
+    def checked_init(self: SamplingParams, *args: object, **kwargs: object) -> None:
+        for name in [k for k in kwargs if k not in _FIELDS]:
+            value = kwargs.pop(name)
+            if name in _VLLM_NEUTRAL and value == _VLLM_NEUTRAL[name]:
+                continue
+            instead = _VLLM_ONLY.get(name, f"supported options: {', '.join(_FIELDS)}")
+            raise ConfigError(f"SamplingParams({name}={value!r}) is not supported: {instead}.")
+        if len(args) > len(_FIELDS):
+            raise ConfigError(
+                f"SamplingParams takes at most {len(_FIELDS)} arguments ({', '.join(_FIELDS)}); "
+                f"got {len(args)} positional ones — pass options by keyword."
+            )
+        init(self, *args, **kwargs)
+
+    # Not functools.wraps: copying init's annotations would make a type checker (beartype under
+    # --tokenstate-checks) refuse a bad value before __post_init__ can say what is wrong with it.
+    checked_init.__name__, checked_init.__qualname__ = init.__name__, init.__qualname__
+    checked_init.__doc__ = init.__doc__
+    checked_init.__signature__ = inspect.signature(init)  # type: ignore[attr-defined]
+    return checked_init
+
+
+SamplingParams.__init__ = _refuse_unknown_options(SamplingParams.__init__)  # type: ignore[method-assign]

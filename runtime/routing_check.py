@@ -11,14 +11,14 @@ the registry and of the packages named with ``--module``; the forwards are read,
 from __future__ import annotations
 
 import argparse
-import importlib
 import inspect
 import sys
 from collections.abc import Sequence
 
-from tokenstate.contracts import ConfigError, ContractDefinitionError
+from tokenstate.contracts import ConfigError, ContractDefinitionError, get_checks_mode
 from tokenstate.contracts.checker import CheckerConfig, CheckReport, EntryTarget, check_entry_points
-from tokenstate.runtime.registry import ModelFactory, factories
+from tokenstate.runtime.cli_support import factories_in, import_modules
+from tokenstate.runtime.registry import ModelFactory
 
 __all__ = ["add_check_arguments", "check_registry", "main_check", "run_check", "target_of"]
 
@@ -51,32 +51,20 @@ def target_of(factory: ModelFactory) -> EntryTarget:
     )
 
 
-def _in_packages(module: str, packages: Sequence[str]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in packages)
+def check_registry(
+    modules: Sequence[str] = (),
+    config: CheckerConfig | None = None,
+    *,
+    selected: Sequence[ModelFactory] | None = None,
+) -> CheckReport:
+    """Import ``modules`` (so their factories register), then check the registered factories.
 
-
-def check_registry(modules: Sequence[str] = (), config: CheckerConfig | None = None) -> CheckReport:
-    """Import ``modules`` (so their factories register), then check every registered factory.
-
-    With ``modules``, only factories whose forward lives in one of those packages are checked.
+    With ``modules``, only factories whose forward lives in one of those packages are checked; with
+    ``selected``, only those factories.
     """
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise ConfigError(
-                f"--module {name}: cannot import it ({exc}); pass an importable package that "
-                "registers its model factories on import."
-            ) from exc
-    targets = [target_of(f) for f in factories()]
-    if modules:
-        targets = [t for t in targets if _in_packages(t.module, modules)]
-        if not targets:
-            raise ConfigError(
-                f"no registered forward is defined in {', '.join(modules)}; does the package register "
-                "its ModelFactory (tokenstate.runtime.registry.register) when imported?"
-            )
-    return check_entry_points(targets, config)
+    import_modules(modules)
+    chosen = factories_in(modules) if selected is None else list(selected)
+    return check_entry_points([target_of(f) for f in chosen], config)
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,7 +72,8 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--module", action="append", default=[], metavar="PKG",
-        help="import PKG (registering its models) and check only its forwards; repeatable",
+        help="import PKG (the current directory is importable) and check only the forwards it "
+        "defines; repeatable",
     )
 
 
@@ -107,6 +96,7 @@ def main_check(argv: list[str]) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     try:
+        get_checks_mode()
         return run_check(args)
     except (ConfigError, ContractDefinitionError) as exc:
         print(f"tokenstate check: error: {exc}", file=sys.stderr)

@@ -1,15 +1,17 @@
-"""The model runner: one step = schedule → prepare → (upload + combine) → checked forward →
-penalties / bad words → sample → verify drafts → post-update → history write → propose drafts →
-resolve.
+"""The model runner: a step's work between the scheduler's batch and its resolved tokens —
+prepare → (upload + combine) → checked forward → penalties / bad words → sample → verify drafts →
+post-update → history write → propose drafts → copy back → resolve. The loop that calls it is
+:meth:`tokenstate.runtime.engine.Engine.step`.
 
 Everything after the forward runs on the device, reading only slot-indexed device state (the token
 history, never the host's view of it), so none of it waits for the host to learn a token.
 
 On the async path the host learns step N's sampled tokens only after step N+1 has been launched:
-:meth:`ModelRunner.step` launches its batch and *then* resolves the previous one, so decode rows are
+:meth:`~tokenstate.runtime.engine.Engine.step` launches a batch and *then* resolves the previous one, so decode rows are
 prepared with ``PLACEHOLDER`` on the host and the combine kernel splices the slot's last sampled
-token in on the device. That runs on the CPU as well (the mirror's CPU data flow), so every CPU test
-reaches the async branch.
+token in on the device. The device work of a step runs on the runner's stream
+(:mod:`tokenstate.runtime.stream`): on the CPU a worker thread, so the host really prepares step
+N+1 while step N computes, and every fence between them is a real one that CPU tests exercise.
 
 The opt-in is the mechanism: only a forward whose factory declared ``honors_device_token_ids=True``
 receives :class:`~tokenstate.contracts.DeviceTokens`. For any other forward, a step with spliced
@@ -20,12 +22,13 @@ rows either falls back to the synchronous host path (resolve now, refill the hos
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
-from tokenstate.contracts import ContractViolation, DeviceTokens, ForwardInput, TokenStateError
+from tokenstate.contracts import ContractViolation, DeviceTokens, ForwardInput
+from tokenstate.runtime.engine_config import ON_UNHONORED, EngineConfig, OnUnhonored
 from tokenstate.runtime.input_prep import (
     HostStepInputs,
     HostTokenTable,
@@ -34,22 +37,18 @@ from tokenstate.runtime.input_prep import (
 )
 from tokenstate.runtime.kernels import StepGuard, combine, post_update, verify_drafts
 from tokenstate.runtime.mirror import DeviceMirror, DeviceStepInputs, PendingTokens
-from tokenstate.runtime.outputs import EngineStats
 from tokenstate.runtime.penalties import apply_penalties, ban_bad_words, plan_bad_words
 from tokenstate.runtime.registry import ModelFactory
 from tokenstate.runtime.sampler import SamplingRows, sample
-from tokenstate.runtime.scheduler import Request, ScheduledBatch, Scheduler, SchedulingOrder
-from tokenstate.runtime.spec_decode import SpeculativeConfig, propose_ngram
-from tokenstate.runtime.watchdog import ProgressWatchdog, default_stall_limit
+from tokenstate.runtime.scheduler import Request, ScheduledBatch
+from tokenstate.runtime.spec_decode import propose_ngram
+from tokenstate.runtime.stream import stream_for
 
-__all__ = ["ON_UNHONORED", "ModelRunner", "OnUnhonored"]
-
-OnUnhonored = Literal["fallback", "refuse"]
-ON_UNHONORED: tuple[str, ...] = ("fallback", "refuse")
+__all__ = ["ON_UNHONORED", "InFlight", "ModelRunner", "OnUnhonored", "Resolved"]
 
 
 @dataclass(frozen=True, slots=True)
-class _InFlight:
+class InFlight:
     """A launched step whose sampled tokens the host has not resolved yet."""
 
     step: int  # the engine step's index
@@ -58,99 +57,80 @@ class _InFlight:
     pending: PendingTokens
 
 
-class ModelRunner:
-    """Runs steps of one model; owns the scheduler, the host token table and the device mirror."""
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A step's results on the host, split by meaning."""
 
-    def __init__(
-        self,
-        factory: ModelFactory,
-        model: Any,
-        *,
-        device: torch.device,
-        async_scheduling: bool,
-        on_unhonored: OnUnhonored,
-        max_num_seqs: int,
-        max_num_batched_tokens: int,
-        stats: EngineStats,
-        kv_cache_tokens: int | None = None,
-        scheduling_order: SchedulingOrder = "decode_first",
-        seed: int = 0,
-        speculative: SpeculativeConfig | None = None,
-    ) -> None:
+    tokens: np.ndarray  # [num_logits] int32, the token at every logit
+    num_sampled: np.ndarray  # [num_sampling_rows] int32, 1 + accepted drafts
+    stale: np.ndarray  # [num_logits] bool, whether the logit's input id was spliced on the device
+    drafts: np.ndarray | None  # [num_rows, num_drafts] int32, the next drafts (speculative only)
+
+
+class ModelRunner:
+    """Runs steps of one model: owns the host token table, the device stream and the mirror.
+
+    The engine (:class:`~tokenstate.runtime.engine.Engine`) drives it: :meth:`prepare`,
+    :meth:`launch`, :meth:`resolve`, :meth:`record`.
+    """
+
+    def __init__(self, factory: ModelFactory, model: Any, config: EngineConfig) -> None:
         self.factory = factory
         self.model = model
-        self.device = device
-        self.async_scheduling = async_scheduling
-        self.on_unhonored = on_unhonored
-        self.stats = stats
-        self.speculative = speculative
-        self.num_drafts = 0 if speculative is None else speculative.num_tokens
+        self.device = config.device
+        self.async_scheduling = config.async_scheduling
+        self.on_unhonored: OnUnhonored = config.on_unhonored
+        self.speculative = config.speculative
+        self.num_drafts = config.num_speculative_tokens
         max_model_len = int(model.max_model_len)
-        self.scheduler = Scheduler(
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_model_len,
-            kv_cache_tokens=kv_cache_tokens,
-            order=scheduling_order,
-            seed=seed,
-            num_speculative_tokens=self.num_drafts,
-            stats=stats,
-        )
+        max_num_seqs, budget = config.max_num_seqs, config.max_num_batched_tokens
         self.table = HostTokenTable(max_num_seqs, max_model_len)
+        self.chaos = config.chaos
+        # Every device write goes through this stream, in order; the host only waits on its events.
+        self.stream = stream_for(self.device, config.chaos)
         self.mirror = DeviceMirror(
             max_num_seqs,
-            device,
+            self.stream,
             max_model_len=max_model_len,
             max_drafts=self.num_drafts,
-            capacity=3 * max_num_batched_tokens + 12 * max_num_seqs * (1 + self.num_drafts) + 2,
+            capacity=3 * budget + 12 * max_num_seqs * (1 + self.num_drafts) + 2,
         )
         with torch.inference_mode():
             model.allocate_slots(max_num_seqs)
-        self._in_flight: _InFlight | None = None
         self._num_launched = 0
-        self.watchdog = ProgressWatchdog(default_stall_limit(max_model_len, max_num_batched_tokens))
 
-    @property
-    def has_pending(self) -> bool:
-        return self._in_flight is not None
-
-    def step(self) -> list[Request]:
-        """Run one step; returns the requests whose finish the host learned in it."""
-        with torch.inference_mode():
-            finished = self._step()
-        self.watchdog.after_step((*self.scheduler.running, *self.scheduler.waiting), len(finished))
-        return finished
-
-    def _step(self) -> list[Request]:
-        batch = self.scheduler.schedule()
-        if not batch.rows:
-            if self._in_flight is None:
-                raise TokenStateError(
-                    "runner stalled: requests are unfinished but none can be scheduled and no step is "
-                    "in flight (a scheduler invariant broke; please report it)."
-                )
-            return self._resolve_pending()
+    def prepare(self, batch: ScheduledBatch) -> HostStepInputs:
+        """Admit the batch's new requests and build its host inputs (placeholders where stale)."""
+        self._host_pause()
         self._admit(batch.admitted)
-        prepared = prepare_inputs(batch, self.table, spliced=self.async_scheduling)
-        finished: list[Request] = []
-        honors = self.factory.honors_device_token_ids
+        return prepare_inputs(batch, self.table, spliced=self.async_scheduling)
+
+    def needs_fresh_host_ids(self, prepared: HostStepInputs) -> bool:
+        """Whether this step must wait for every pending token first (sync engine, or fallback).
+
+        Raises the refusal for a non-opting forward under ``on_unhonored="refuse"``.
+        """
         if not self.async_scheduling:
-            launched = self._launch(batch, prepared, use_combine=False)
-            self.stats.sync_steps += 1
-            return self._resolve(launched)
-        fallback = prepared.has_stale and not honors
-        if fallback:
+            return True
+        if prepared.has_stale and not self.factory.honors_device_token_ids:
             self._refuse_or_fall_back(prepared)
-            finished += self._resolve_pending()  # the sync point: the host now knows every token
-            prepared = refresh_inputs(prepared, self.table, batch)
-        launched = self._launch(batch, prepared, use_combine=honors)
-        if fallback:
-            self.stats.fallback_steps += 1
-        else:
-            self.stats.async_steps += 1
-        finished += self._resolve_pending()  # the previous step, resolved after this one launched
-        self._in_flight = launched
-        return finished
+            return True
+        return False
+
+    def refresh(self, batch: ScheduledBatch, prepared: HostStepInputs) -> HostStepInputs:
+        """The step on fresh host ids, once the host knows every token (only async steps change)."""
+        return refresh_inputs(prepared, self.table, batch) if prepared.has_stale else prepared
+
+    def launch(self, batch: ScheduledBatch, prepared: HostStepInputs) -> InFlight:
+        """Submit the step; combine runs when some row is stale and the forward honors device ids."""
+        use_combine = self.async_scheduling and self.factory.honors_device_token_ids
+        launched = self._launch(batch, prepared, use_combine=use_combine)
+        self._host_pause()
+        return launched
+
+    def _host_pause(self) -> None:
+        if self.chaos is not None:
+            self.chaos.host_pause()
 
     def _refuse_or_fall_back(self, prepared: HostStepInputs) -> None:
         if self.on_unhonored == "refuse":
@@ -165,10 +145,18 @@ class ModelRunner:
             )
 
     def _admit(self, admitted: tuple[Request, ...]) -> None:
+        if not admitted:
+            return
         for req in admitted:
-            self.model.reset_slot(req.slot)
             self.table.admit(req)
+        # The model's slot state and the mirror's are reseeded in stream order: behind the in-flight
+        # step, which may still write the slot's previous occupant.
+        self.stream.submit(self._reset_model_slots, tuple(req.slot for req in admitted))
         self.mirror.admit(admitted)
+
+    def _reset_model_slots(self, slots: tuple[int, ...]) -> None:
+        for slot in slots:
+            self.model.reset_slot(slot)
 
     def _sampling_rows(self, batch: ScheduledBatch, dev: DeviceStepInputs) -> SamplingRows:
         params = [row.request.params for row in batch.sampling_rows]
@@ -184,19 +172,22 @@ class ModelRunner:
         )
 
     def _history_source(self) -> torch.Tensor:
-        """The token history the history-reading processors use: the device's, never the host's."""
+        """The token history the history-reading processors use: the device's, never the host's.
+
+        Taken on the host when the step is launched (a reference to the device tensor, no read).
+        """
         return self.mirror.history  # [num_slots, max_model_len] int32
 
     def _process_logits(
         self, batch: ScheduledBatch, prepared: HostStepInputs, dev: DeviceStepInputs,
-        logits: torch.Tensor,
+        logits: torch.Tensor, history: torch.Tensor,
     ) -> torch.Tensor:
         """Penalties and bad words, from the device history (``logits`` ``[num_logits, vocab]``)."""  # fmt: skip
         params = [row.request.params for row in batch.sampling_rows]
         mirror, slots = self.mirror, dev.sample_slots
         if any(p.repetition_penalty != 1 or p.presence_penalty or p.frequency_penalty for p in params):
             logits = apply_penalties(
-                logits, self._history_source(), slots, dev.sample_positions, dev.sample_output_index,
+                logits, history, slots, dev.sample_positions, dev.sample_output_index,
                 mirror.repetition_penalty.index_select(0, slots),
                 mirror.presence_penalty.index_select(0, slots),
                 mirror.frequency_penalty.index_select(0, slots),
@@ -211,14 +202,33 @@ class ModelRunner:
             ]  # fmt: skip
             plan = plan_bad_words(entries, max_model_len=self.mirror.max_model_len, device=self.device)
             if plan is not None:
-                logits = ban_bad_words(logits, self._history_source(), plan)
+                logits = ban_bad_words(logits, history, plan)
         return logits
 
     def _launch(
         self, batch: ScheduledBatch, prepared: HostStepInputs, *, use_combine: bool
-    ) -> _InFlight:
+    ) -> InFlight:
+        """Stage the step's inputs and submit its device work; the host does not wait for it."""
+        dev = self.mirror.upload(prepared)
+        guard = StepGuard()
+        num_rows = len(batch.rows)
+        results = self.mirror.results_buffer(
+            prepared.num_logits + num_rows + (num_rows * self.num_drafts if self.speculative else 0)
+        )  # [n] int32 host buffer: sampled tokens, emitted counts, next drafts
+        history = self._history_source()  # [num_slots, max_model_len] int32
+        self.stream.submit(
+            self._device_step, batch, prepared, dev, use_combine, guard, results, history
+        )
+        pending = PendingTokens(results, self.stream.record_event(), guard, prepared.layout)
+        self._num_launched += 1
+        return InFlight(self._num_launched - 1, batch, prepared, pending)
+
+    def _device_step(
+        self, batch: ScheduledBatch, prepared: HostStepInputs, dev: DeviceStepInputs,
+        use_combine: bool, guard: StepGuard, results: torch.Tensor, history: torch.Tensor,
+    ) -> None:  # fmt: skip
+        """On the stream: combine → checked forward → sample → post-update → history → drafts → copy."""
         mirror = self.mirror
-        dev = mirror.upload(prepared)
         device_tokens = None
         logits_indices = dev.logits_indices  # [num_logits] int64
         if use_combine:
@@ -236,10 +246,9 @@ class ModelRunner:
             logits_indices=logits_indices,
             slots=dev.slots_long,
         )
-        guard = StepGuard()
         with guard:
             logits = self.factory.forward(self.model, inp)  # [num_logits, vocab] float32
-        logits = self._process_logits(batch, prepared, dev, logits)
+        logits = self._process_logits(batch, prepared, dev, logits, history)
         sampled = sample(logits, self._sampling_rows(batch, dev))  # [num_logits] int32
         keep = dev.cu_num_logits[1:] > dev.cu_num_logits[:-1]  # [num_rows] bool: the row samples
         if prepared.num_drafts.any():
@@ -255,7 +264,7 @@ class ModelRunner:
         # Every logit's token at the position it predicts; a rejected draft's lies beyond the
         # slot's length and is overwritten before anything reads it.
         mirror.history.view(-1).index_copy_(0, dev.history_index, sampled)
-        results = [sampled, num_sampled]
+        packed = [sampled, num_sampled]
         if self.speculative is not None:
             drafts = propose_ngram(
                 mirror.history, dev.slots_long, mirror.num_computed.index_select(0, dev.slots_long) + 1,
@@ -263,40 +272,37 @@ class ModelRunner:
                 length_bound=int(prepared.seq_lens.max()) + 1,
             )  # [num_rows, k] int32  # fmt: skip
             mirror.draft_tokens.index_copy_(0, dev.slots_long, drafts)
-            results.append(drafts.flatten())
-        self._num_launched += 1
-        pending = mirror.start_copy(torch.cat(results), guard, prepared.layout)
-        return _InFlight(self._num_launched - 1, batch, prepared, pending)
+            packed.append(drafts.flatten())
+        mirror.copy_results(results, torch.cat(packed))
 
-    def _resolve_pending(self) -> list[Request]:
-        in_flight, self._in_flight = self._in_flight, None
-        return [] if in_flight is None else self._resolve(in_flight)
-
-    def _resolve(self, in_flight: _InFlight) -> list[Request]:
-        packed = in_flight.pending.resolve()  # [n] int32; raises recorded violations
+    def resolve(self, in_flight: InFlight) -> Resolved:
+        """Wait for the step's results (its one sync point; raises recorded violations)."""
+        packed = in_flight.pending.resolve()  # [n] int32
         prepared, batch = in_flight.prepared, in_flight.batch
         num_logits, num_rows = prepared.num_logits, len(batch.rows)
-        tokens = packed[:num_logits]  # [num_logits] int32
-        num_sampled = packed[num_logits : num_logits + num_rows]  # [num_rows] int32
         samples = np.array([row.samples for row in batch.rows], dtype=bool)  # [num_rows]
-        stale = prepared.host_tokens.stale.numpy()[prepared.logits_indices]  # [num_logits] bool
-        update = self.scheduler.update(
-            batch, tokens, num_sampled=num_sampled[samples], step=in_flight.step, stale=stale
-        )
-        record = update.record
-        self.table.record(
-            prepared.sample_slots[record], prepared.sample_positions[record], tokens[record]
-        )
+        drafts = None
         if self.speculative is not None:
             drafts = packed[num_logits + num_rows :].reshape(num_rows, self.num_drafts)
+        return Resolved(
+            tokens=packed[:num_logits],
+            num_sampled=packed[num_logits : num_logits + num_rows][samples],
+            stale=prepared.host_tokens.stale.numpy()[prepared.logits_indices],
+            drafts=drafts,
+        )
+
+    def record(self, in_flight: InFlight, resolved: Resolved, record: np.ndarray) -> None:
+        """Tell the host table the tokens the scheduler kept (``record`` ``[num_logits]`` bool)."""
+        prepared, batch = in_flight.prepared, in_flight.batch
+        self.table.record(
+            prepared.sample_slots[record], prepared.sample_positions[record], resolved.tokens[record]
+        )
+        if resolved.drafts is not None:
             for r, row in enumerate(batch.rows):
                 req = row.request
                 if row.samples and req.admissions == row.admission and req.slot == row.slot:
-                    req.host_drafts = tuple(drafts[r].tolist())
-        return update.finished
+                    req.host_drafts = tuple(resolved.drafts[r].tolist())
 
     def abort(self) -> None:
-        """Forget every request and the in-flight step (after an error aborted a generate call)."""
-        self._in_flight = None
-        self.scheduler.abort_all()
-        self.watchdog.reset()
+        """Drain the stream and drop the error it may have kept (after an aborted generate call)."""
+        self.stream.reset()

@@ -13,8 +13,8 @@ checks, after a step, what must hold for every request whatever the schedule:
   and the draft proposer read);
 * the device ``prefill_len`` of the slot is the request's.
 
-Reading the device history is a device sync, so the audit is for verification runs (the gate), not
-for serving.
+Reading the device history waits for the runner's stream (a device sync), so the audit is for
+verification runs (the gate), not for serving.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from tokenstate.contracts import PLACEHOLDER, ContractViolation
-from tokenstate.runtime.runner import ModelRunner
+from tokenstate.runtime.engine import Engine
 
-__all__ = ["audit_runner"]
+__all__ = ["audit_engine"]
 
 
 def _fail(problem: str) -> None:
@@ -34,9 +34,9 @@ def _fail(problem: str) -> None:
     )
 
 
-def audit_runner(runner: ModelRunner) -> None:
+def audit_engine(engine: Engine) -> None:
     """Raise :class:`~tokenstate.contracts.ContractViolation` on the first broken invariant."""
-    scheduler = runner.scheduler
+    scheduler, runner = engine.scheduler, engine.runner
     for req in scheduler.waiting:
         if req.slot != -1 or req.num_computed != 0:
             _fail(
@@ -44,6 +44,9 @@ def audit_runner(runner: ModelRunner) -> None:
                 f"num_computed={req.num_computed} (a waiting request holds neither)"
             )
     owners: dict[int, int] = {}
+    # Device state is written on the runner's stream: wait for the in-flight work (a verifier may
+    # give up the overlap) so the reads below see every reseed and history write submitted so far.
+    runner.stream.synchronize()
     history = runner.mirror.history
     device_prefill = runner.mirror.prefill_len
     for req in scheduler.running:

@@ -32,6 +32,7 @@ from rich.table import Table
 from tokenstate.contracts import ConfigError
 from tokenstate.contracts.ledger.ledger import Ledger
 from tokenstate.contracts.ledger.report import is_healthy
+from tokenstate.runtime.cli_support import factory_of_model
 from tokenstate.runtime.gate_cli import (
     add_model_arguments,
     gate_config,
@@ -116,8 +117,10 @@ def run_spec_tests(root: Path) -> SpecSummary:
 
 def _render_checker(report: Any, console: Console) -> None:
     table = Table(title="routing checker", title_justify="left")
-    for column in ("entry point", "declared", "verdict", "finding"):
-        table.add_column(column)
+    longest = max((len(r.entry) for r in report.results), default=11)
+    table.add_column("entry point", no_wrap=True, min_width=longest)
+    for column in ("declared", "verdict", "finding"):
+        table.add_column(column, overflow="fold")
     for r in report.results:
         declared = {True: "honors", False: "does not honor", None: "—"}[r.declared]
         table.add_row(r.entry, declared, r.verdict.value, f"[red]{r.finding}[/]" if r.finding else "[green]none[/]")
@@ -127,17 +130,34 @@ def _render_checker(report: Any, console: Console) -> None:
             console.print(f"  {r.entry}: {route.render() if hasattr(route, 'render') else route}")
 
 
+def _specs_root(args: argparse.Namespace) -> Path | None:
+    """Where the spec step will run, checked before anything else runs (``None``: not run)."""
+    if args.no_specs:
+        return None
+    if args.specs is None:
+        return find_specs_root(Path.cwd())
+    root = Path(args.specs)
+    if not root.is_dir():
+        raise ConfigError(f"--specs {root}: no such directory; pass the checkout that holds specs/.")
+    if not any((root / "specs").glob("*.md")):
+        raise ConfigError(f"--specs {root}: no specs/*.md there; pass the checkout that holds specs/.")
+    return root.resolve()
+
+
 def run_verify(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json)
+    specs_root = _specs_root(args)
     models = gate_models(args)  # imports --module packages so their factories register
+    # The checker covers what the gate covers: the named models, or every registered one.
+    selected = [factory_of_model(m) for m in models] if args.model or args.module else None
     with console.status("routing checker", spinner="dots") if not args.json else contextlib.nullcontext():
-        checker = check_registry(())
+        checker = check_registry((), selected=None if selected is None else list(dict.fromkeys(selected)))
     if not args.json:
         _render_checker(checker, console)
     gates = run_gates(models, gate_config(args), console, quiet=args.json)
     if not args.json:
         render_gate(gates, console)
-    specs = _spec_step(args, console)
+    specs = _spec_step(args, specs_root, console)
     passed = not checker.findings and all(g.passed for g in gates) and specs.passed
     if args.json:
         print(json.dumps({
@@ -158,16 +178,13 @@ def run_verify(args: argparse.Namespace) -> int:
     return 0 if passed else 1
 
 
-def _spec_step(args: argparse.Namespace, console: Console) -> SpecSummary:
+def _spec_step(args: argparse.Namespace, root: Path | None, console: Console) -> SpecSummary:
     if args.no_specs:
         return SpecSummary(False, "skipped (--no-specs)")
-    root = args.specs or find_specs_root(Path.cwd())
     if root is None:
         return SpecSummary(False, "no specs/ found above the current directory; pass --specs DIR")
-    if not (Path(root) / "specs").is_dir():
-        raise ConfigError(f"--specs {root}: no specs/ folder there.")
     with console.status("re-proving the spec ledger (pytest specs)", spinner="dots") if not args.json else contextlib.nullcontext():
-        return run_spec_tests(Path(root).resolve())
+        return run_spec_tests(root)
 
 
 def _render_specs(specs: SpecSummary, console: Console) -> None:

@@ -65,3 +65,26 @@ def test_routing_checker_flags_the_buggy_forward_statically():
     assert verdicts == {"good": "honors", "bad": "ignores"}
     assert [f.entry for f in report.findings] == ["bad"]
     assert "my_engine/model.py" in report.render()
+
+
+def _generate_with(forward):
+    """The engine as ``assert_async_equals_sync`` calls it: ``generate(prompts, async_scheduling)``."""
+    import torch
+
+    def generate(prompts, async_scheduling):
+        with torch.no_grad():
+            return engine.generate(forward, model.TinyRecurrentLM(), prompts, 6, async_scheduling=async_scheduling)
+
+    return generate
+
+
+def test_async_scheduling_reproduces_sync_scheduling():
+    from tokenstate.testing import assert_async_equals_sync
+
+    outputs = assert_async_equals_sync(_generate_with(model.forward), PROMPTS)
+    assert outputs["async"] == outputs["sync"] == _reference(PROMPTS, 6)
+
+
+def test_the_gate_fixture_fails_the_forward_that_embeds_stale_host_ids(tokenstate_gate):
+    with pytest.raises(AssertionError, match=r"the async path raised StaleHostTokensError: .*rows \[0, 1, 2\]"):
+        tokenstate_gate(_generate_with(model.forward_reads_host), PROMPTS)

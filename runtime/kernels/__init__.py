@@ -1,4 +1,4 @@
-"""tokenstate.runtime.kernels — Triton kernels behind typed launchers, each with a torch twin.
+"""tokenstate.runtime.kernels — Triton kernels behind typed launchers, each with CPU twins.
 
 * :func:`combine` splices the device-side sampled and draft tokens into the step's input ids (per
   the row predicate) and produces the logits indices.
@@ -7,8 +7,11 @@
 * :func:`post_update` advances the slot-indexed mirror after sampling; :func:`verify_drafts` does
   greedy speculative verification.
 
-Each public launcher checks its arguments' metadata, then runs the Triton kernel on CUDA tensors and
-the ``*_twin`` on CPU tensors. Importing this package never imports triton.
+Each public launcher checks its arguments' metadata, then runs the Triton kernel on CUDA tensors. On
+CPU tensors, ``combine`` and ``post_update`` run numpy host twins (``backend="auto"``: a step's few
+dozen ints cost less in numpy than in torch dispatch), the embedding gather and ``verify_drafts``
+run their torch twins (``*_twin``); every twin has the kernel's exact semantics and the kernel
+tests compare them all. Importing this package never imports triton.
 """
 
 from tokenstate.runtime.kernels._launch import BACKENDS as BACKENDS

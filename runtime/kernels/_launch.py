@@ -2,9 +2,9 @@
 
 Every public kernel launcher checks dtype, shape, contiguity and device of each argument from
 metadata only (never a value read on a device, which would be a host sync) and then picks a
-backend: the Triton kernel for CUDA tensors, the torch twin for CPU tensors. Triton is imported only
-when a Triton kernel is actually launched, so ``import tokenstate.runtime.kernels`` works on a
-machine without triton.
+backend: the Triton kernel for CUDA tensors, a twin (numpy or torch) for CPU tensors. Triton is
+imported only when a Triton kernel is actually launched, so ``import tokenstate.runtime.kernels``
+works on a machine without triton.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def check_index_range(fn: str, name: str, t: torch.Tensor, upper: int) -> None:
 
 
 def use_triton(fn: str, backend: str, device: torch.device) -> bool:
-    """Whether to launch the Triton kernel: CUDA → Triton, CPU → torch twin, unless forced."""
+    """Whether to launch the Triton kernel: CUDA → Triton, CPU → a twin, unless forced."""
     if backend not in BACKENDS:
         raise ConfigError(f"{fn}: backend={backend!r} is not one of {', '.join(BACKENDS)}.")
     if backend == "torch":

@@ -107,14 +107,14 @@ def idle_rows_emit(patch: MutantPatch) -> None:
 def reused_slot_keeps_history(patch: MutantPatch) -> None:
     from tokenstate.runtime.mirror import DeviceMirror
 
-    admit = DeviceMirror.admit
+    reseed = DeviceMirror._reseed  # runs on the stream, in order with the steps
 
-    def admit_keeping_history(self: DeviceMirror, requests: Any) -> None:
+    def reseed_keeping_history(self: DeviceMirror, *args: Any) -> None:
         kept = self.history.clone()
-        admit(self, requests)
+        reseed(self, *args)
         self.history.copy_(kept)
 
-    patch.setattr(DeviceMirror, "admit", admit_keeping_history)
+    patch.setattr(DeviceMirror, "_reseed", reseed_keeping_history)
 
 
 @mutant(
@@ -176,22 +176,39 @@ def fallback_feeds_drafts_known_at_scheduling(patch: MutantPatch) -> None:
 def bad_words_read_host_table(patch: MutantPatch) -> None:
     runner_module = importlib.import_module("tokenstate.runtime.runner")
     model_runner = runner_module.ModelRunner
-    ban, process = runner_module.ban_bad_words, model_runner._process_logits
-    running: list[Any] = []
+    ban, launch = runner_module.ban_bad_words, model_runner.launch
+    # What the host's table held when it launched the step (the device work may run later, on the
+    # stream, after the host has learnt more): the view a host-side consumer really reads.
+    at_launch: dict[int, torch.Tensor] = {}
 
-    def process_noting_runner(self: Any, *args: Any) -> torch.Tensor:
-        running.append(self)
-        try:
-            return process(self, *args)
-        finally:
-            running.pop()
+    def launch_noting_table(self: Any, batch: Any, prepared: Any) -> Any:
+        at_launch[id(batch)] = torch.from_numpy(self.table.ids.copy()).clamp(min=0)
+        return launch(self, batch, prepared)
 
-    def ban_from_host_table(logits: torch.Tensor, history: torch.Tensor, plan: Any) -> torch.Tensor:
-        host = torch.from_numpy(running[-1].table.ids).clamp(min=0).to(history.device)
-        return ban(logits, host, plan)
+    def process_with_host_table(self: Any, batch: Any, prepared: Any, dev: Any, logits: torch.Tensor,
+                                history: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        host = at_launch.pop(id(batch), None)
+        with _bad_words_history(runner_module, ban, None if host is None else host.to(history.device)):
+            return process(self, batch, prepared, dev, logits, history)
 
-    patch.setattr(model_runner, "_process_logits", process_noting_runner)
-    patch.setattr(runner_module, "ban_bad_words", ban_from_host_table)
+    process = model_runner._process_logits
+    patch.setattr(model_runner, "launch", launch_noting_table)
+    patch.setattr(model_runner, "_process_logits", process_with_host_table)
+
+
+class _bad_words_history:
+    """Within the block, ``ban_bad_words`` matches against ``history`` instead of its argument."""
+
+    def __init__(self, module: Any, ban: Any, history: torch.Tensor | None) -> None:
+        self.module, self.ban, self.history = module, ban, history
+
+    def __enter__(self) -> None:
+        if self.history is not None:
+            history, ban = self.history, self.ban
+            self.module.ban_bad_words = lambda logits, _history, plan: ban(logits, history, plan)
+
+    def __exit__(self, *exc: object) -> None:
+        self.module.ban_bad_words = self.ban
 
 
 @mutant(

@@ -102,7 +102,7 @@ def test_a_livelocked_engine_raises_naming_its_requests(monkeypatch):
     real = Scheduler._kv_free
     monkeypatch.setattr(Scheduler, "_kv_free", lambda self: -1 if self.running else real(self))
     llm.add_request(list(range(3, 13)), SamplingParams(max_tokens=4))
-    limit = llm._runner.watchdog.limit
+    limit = llm._engine.watchdog.limit
     with pytest.raises(EngineStalledError, match=r"steps without progress.*request 0 \(") as caught:
         for _ in range(20 * limit):  # bounded: without the watchdog the test fails instead of hanging
             llm.step()

@@ -1,8 +1,12 @@
 """The tokenstate pytest plugin (entry point ``pytest11: tokenstate``).
 
 It provides the spec-ledger markers (``@pytest.mark.owed("ID")``, ``@pytest.mark.paid("ID",
-before=<mutant>)``), their cross-checks and the JSON ledger, plus ``--tokenstate-checks``, which
-runs the session under beartype's import hook for every ``tokenstate`` module.
+before=<mutant>)``), their cross-checks and the JSON ledger; ``--tokenstate-checks``, which
+runs the session under beartype's import hook for every ``tokenstate`` module — and for your own
+packages, named with ``--tokenstate-checks-package PKG`` (repeatable; it implies
+``--tokenstate-checks``) or the ``tokenstate_checks_packages`` ini option; and the
+``tokenstate_gate`` fixture (:func:`tokenstate.testing.assert_async_equals_sync`). The pytest header
+says when the checks are on and which packages they cover.
 
 This module lives in the tiny top package on purpose and imports nothing of ``tokenstate`` at import
 time: pytest loads it before any test or conftest, and the import hook can only type-check modules
@@ -17,15 +21,16 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["CHECKS_OPTION", "LEDGER_OPTION"]
+__all__ = ["CHECKS_OPTION", "CHECKS_PACKAGE_OPTION", "LEDGER_OPTION"]
 
 CHECKS_OPTION = "--tokenstate-checks"
+CHECKS_PACKAGE_OPTION = "--tokenstate-checks-package"
 # Left to their own checks: modules of registered forwards (an ``@entry_point`` already checks every
 # call, and beartype would replace the EntryPoint wrapper by a plain function), and the routing
 # checker, whose mixins annotate ``self`` with the engine class for static analysis only.
 CLAW_SKIPPED = ("tokenstate.models", "tokenstate.runtime.testing", "tokenstate.contracts.checker")
 LEDGER_OPTION = "--tokenstate-ledger"
-_CLAW_KEY = pytest.StashKey[bool]()  # set once beartype's import hook is installed for this run
+_CLAW_KEY = pytest.StashKey[tuple[str, ...]]()  # the packages beartype's hook covers in this run
 
 # Modules of ours that may legitimately be imported before the hook: this package's own
 # ``__init__`` (pytest imports it to reach this module) and this plugin.
@@ -39,7 +44,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="type-check every tokenstate module with beartype's import hook "
-        "(beartype.claw.beartype_package('tokenstate')) for this run.",
+        "(beartype.claw.beartype_packages) for this run, and the packages named with "
+        f"{CHECKS_PACKAGE_OPTION}.",
+    )
+    group.addoption(
+        CHECKS_PACKAGE_OPTION,
+        action="append",
+        default=[],
+        metavar="PKG",
+        help=f"also type-check your package PKG under beartype's import hook (implies {CHECKS_OPTION}); "
+        "repeatable.",
     )
     group.addoption(
         LEDGER_OPTION,
@@ -53,39 +67,60 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=["specs"],
         help="directories (relative to the ini file) holding spec documents <slug>.md.",
     )
-
-
-def _imported_too_early() -> list[str]:
-    return sorted(
-        name
-        for name in sys.modules
-        if (name == "tokenstate" or name.startswith("tokenstate."))
-        and name not in _IMPORTED_BEFORE_HOOK_OK
+    parser.addini(
+        "tokenstate_checks_packages",
+        type="linelist",
+        default=[],
+        help=f"your packages to type-check under beartype's import hook when {CHECKS_OPTION} is on.",
     )
 
 
-def _install_checks_hook(config: pytest.Config) -> None:
-    """Install beartype's import hook for ``tokenstate``, refusing if it could not take effect."""
-    if config.stash.get(_CLAW_KEY, False):
+def _in(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def _imported_too_early(packages: tuple[str, ...]) -> list[str]:
+    return sorted(
+        name for name in sys.modules if _in(name, packages) and name not in _IMPORTED_BEFORE_HOOK_OK
+    )
+
+
+def _checked_packages(config: pytest.Config, named: list[str]) -> tuple[str, ...]:
+    """``tokenstate`` plus the user's packages (command line, then ini), each once."""
+    user = [*named, *config.getini("tokenstate_checks_packages")]
+    for name in user:
+        if not name or not all(part.isidentifier() for part in name.split(".")):
+            raise pytest.UsageError(
+                f"{CHECKS_PACKAGE_OPTION} {name!r}: not a package name; pass an importable dotted "
+                "name such as myengine or myengine.models."
+            )
+    return tuple(dict.fromkeys(("tokenstate", *user)))
+
+
+def _install_checks_hook(config: pytest.Config, named: list[str]) -> None:
+    """Install beartype's import hook for ``tokenstate`` and the user's packages, refusing if it
+    could not take effect."""
+    if config.stash.get(_CLAW_KEY, None) is not None:
         return
-    early = _imported_too_early()
+    packages = _checked_packages(config, named)
+    early = _imported_too_early(packages)
     if early:
         raise pytest.UsageError(
-            f"{CHECKS_OPTION}: these tokenstate modules were imported before beartype's import hook "
-            f"could be installed, so they would run unchecked: {', '.join(early)}. Something loaded "
-            "them at startup (another plugin, a -p option, or a sitecustomize); remove that import or "
-            f"run without {CHECKS_OPTION}."
+            f"{CHECKS_OPTION}: these modules were imported before beartype's import hook could be "
+            f"installed, so they would run unchecked: {', '.join(early)}. Something loaded them at "
+            "startup (another plugin, a -p option, or a sitecustomize); remove that import or run "
+            f"without {CHECKS_OPTION}."
         )
     from beartype import BeartypeConf
-    from beartype.claw import beartype_package
+    from beartype.claw import beartype_packages
 
-    _stop_assertion_rewriting_of_tokenstate()
-    beartype_package("tokenstate", conf=BeartypeConf(claw_skip_package_names=CLAW_SKIPPED))
-    config.stash[_CLAW_KEY] = True
+    _stop_assertion_rewriting_of(packages)
+    beartype_packages(packages, conf=BeartypeConf(claw_skip_package_names=CLAW_SKIPPED))
+    config.stash[_CLAW_KEY] = packages
 
 
-def _stop_assertion_rewriting_of_tokenstate() -> None:
-    """Keep pytest's assertion rewriter from loading tokenstate's own modules.
+def _stop_assertion_rewriting_of(packages: tuple[str, ...]) -> None:
+    """Keep pytest's assertion rewriter from loading the checked packages' modules.
 
     pytest marks every package of a distribution that provides a ``pytest11`` plugin for assertion
     rewriting (with a regular or strict-editable install that is all of ``tokenstate``), and its
@@ -102,15 +137,31 @@ def _stop_assertion_rewriting_of_tokenstate() -> None:
                     f"{CHECKS_OPTION}: this pytest version's assertion rewriter cannot be told to "
                     "leave tokenstate alone; run with --assert=plain as well."
                 )
-            marked.difference_update({n for n in marked if n == "tokenstate" or n.startswith("tokenstate.")})
+            marked.difference_update({n for n in marked if _in(n, packages)})
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     # Earliest point where options are parsed and before any conftest.py runs: conftests import
     # tokenstate modules, and those must already go through the hook.
-    if early_config.known_args_namespace.tokenstate_checks:
-        _install_checks_hook(early_config)
+    known = early_config.known_args_namespace
+    if known.tokenstate_checks or known.tokenstate_checks_package:
+        _install_checks_hook(early_config, known.tokenstate_checks_package)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    packages = config.stash.get(_CLAW_KEY, None)
+    if packages is None:
+        return None
+    return f"tokenstate: {CHECKS_OPTION} on (beartype import hook for {', '.join(packages)})"
+
+
+@pytest.fixture
+def tokenstate_gate():  # type: ignore[no-untyped-def]
+    """:func:`tokenstate.testing.assert_async_equals_sync`, as a fixture for your own tests."""
+    from tokenstate.testing import assert_async_equals_sync
+
+    return assert_async_equals_sync
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -124,8 +175,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "paid(item_id, before=mutant): the test carries a spec item listed under ## Paid — it must "
         "pass, and must fail when re-run under `before`, the mutant that reverts the fix.",
     )
-    if config.getoption("tokenstate_checks"):
-        _install_checks_hook(config)
+    named = config.getoption("tokenstate_checks_package")
+    if config.getoption("tokenstate_checks") or named:
+        _install_checks_hook(config, named)
     from tokenstate.contracts.ledger.plugin import LedgerPlugin
 
     ledger_option = config.getoption("tokenstate_ledger")

@@ -232,7 +232,7 @@ def test_checks_option_refuses_when_tokenstate_was_imported_first(pytester):
     result = pytester.runpytest_inprocess("--tokenstate-checks")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*--tokenstate-checks: these tokenstate modules were imported before*"]
+        ["*--tokenstate-checks: these modules were imported before beartype's import hook could be installed*"]
     )
 
 

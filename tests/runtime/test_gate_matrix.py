@@ -11,7 +11,7 @@ from tokenstate.runtime import LLM, SamplingParams
 from tokenstate.runtime.gate import GateConfig, run_gate
 from tokenstate.runtime.gate_matrix import CELLS, CellReport, Condition
 from tokenstate.runtime.request import Request
-from tokenstate.runtime.step_audit import audit_runner
+from tokenstate.runtime.step_audit import audit_engine
 from tokenstate.runtime.testing import toy_factory
 from tokenstate.runtime.watchdog import EngineStalledError, ProgressWatchdog, default_stall_limit
 
@@ -45,12 +45,13 @@ def test_the_audit_names_a_host_table_entry_that_no_longer_matches_the_request()
     llm.add_request([5, 6, 7], SamplingParams(max_tokens=6, ignore_eos=True))
     llm.step()
     llm.step()
-    runner = llm._runner
-    audit_runner(runner)  # consistent
-    (req,) = runner.scheduler.running
+    engine = llm._engine
+    runner = engine.runner
+    audit_engine(engine)  # consistent
+    (req,) = engine.scheduler.running
     runner.table.ids[req.slot, 1] = 99  # a late token of a previous owner, say
     with pytest.raises(ContractViolation, match=rf"host token table of slot {req.slot} .* holds 99 at position 1"):
-        audit_runner(runner)
+        audit_engine(engine)
 
 
 def test_the_watchdog_counts_only_steps_without_progress():

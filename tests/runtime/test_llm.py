@@ -169,7 +169,7 @@ def test_model_by_architecture_preset_and_path(tmp_path):
             SamplingParams(stop_token_ids=(500,)),
             r"stop_token_ids \[500\] are outside the vocabulary",
         ),
-        ([[1]], {"max_tokens": 3}, "sampling must be one SamplingParams"),
+        ([[1]], {"max_tokens": 3}, "sampling_params must be one SamplingParams"),
     ],
 )
 def test_bad_generate_input_is_refused_before_any_step(prompts, sampling, message):

@@ -1,6 +1,12 @@
-"""Device mirror: per-slot seeding, one-copy uploads, and the deferred device→host copy."""
+"""Device mirror: per-slot seeding, one-copy uploads, and the deferred device→host copy.
+
+The mirror's writes run on its stream (a worker thread on the CPU); a test reads device state after
+``mirror.stream.synchronize()``, as the host would after a fence.
+"""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
@@ -10,14 +16,13 @@ from tokenstate.contracts import PLACEHOLDER, ContractViolation
 from tokenstate.runtime import SamplingParams
 from tokenstate.runtime.input_prep import HostTokenTable, prepare_inputs
 from tokenstate.runtime.kernels import StepGuard, guarded_embedding
-from tokenstate.runtime.mirror import DeviceMirror
+from tokenstate.runtime.mirror import DeviceMirror, PendingTokens
 from tokenstate.runtime.scheduler import Request, Scheduler
-
-CPU = torch.device("cpu")
+from tokenstate.runtime.stream import CpuStream
 
 
 def test_admit_reseeds_only_the_admitted_slots():
-    mirror = DeviceMirror(3, CPU, max_model_len=8)
+    mirror = DeviceMirror(3, CpuStream(), max_model_len=8)
     mirror.last_sampled.fill_(7)
     mirror.num_computed.fill_(9)
     req = Request(
@@ -30,6 +35,7 @@ def test_admit_reseeds_only_the_admitted_slots():
         prefill_len=3,
     )
     mirror.admit([req])
+    mirror.stream.synchronize()
     assert mirror.prefill_len.tolist() == [0, 3, 0]
     assert mirror.num_computed.tolist() == [9, 0, 9]
     assert mirror.last_sampled.tolist() == [7, PLACEHOLDER, 7]
@@ -44,11 +50,12 @@ def test_admit_reseeds_only_the_admitted_slots():
 
 def test_admit_seeds_the_history_with_everything_the_host_knows():
     """A request resumed after preemption re-prefills its prompt and its resolved output."""
-    mirror = DeviceMirror(2, CPU, max_model_len=8)
+    mirror = DeviceMirror(2, CpuStream(), max_model_len=8)
     params = SamplingParams(repetition_penalty=1.5, presence_penalty=0.25, frequency_penalty=0.5)
     req = Request(0, (4, 5), params, seed=0, eos_token_id=None, slot=1, prefill_len=4)
     req.output_token_ids.extend([6, 7])
     mirror.admit([req])
+    mirror.stream.synchronize()
     assert mirror.history[1, :4].tolist() == [4, 5, 6, 7] and mirror.prefill_len[1] == 4
     assert mirror.repetition_penalty.tolist() == [1.0, 1.5]
     assert mirror.presence_penalty.tolist() == [0.0, 0.25]
@@ -64,8 +71,9 @@ def test_upload_copies_every_field_into_device_buffers_not_host_views():
     for req in batch.admitted:
         table.admit(req)
     step = prepare_inputs(batch, table, spliced=True)
-    mirror = DeviceMirror(2, CPU, max_model_len=16, capacity=4)  # too small on purpose: the staging buffer grows
+    mirror = DeviceMirror(2, CpuStream(), max_model_len=16, capacity=4)  # too small on purpose: the staging buffer grows
     dev = mirror.upload(step)
+    mirror.stream.synchronize()
     assert dev.host_ids.tolist() == [5, 6, 7, 8, 9]
     assert dev.positions.dtype == torch.int64 and dev.positions.tolist() == [0, 1, 2, 0, 1]
     assert dev.query_start_loc.tolist() == [0, 3, 5] and dev.seq_lens.tolist() == [3, 2]
@@ -75,14 +83,38 @@ def test_upload_copies_every_field_into_device_buffers_not_host_views():
 
 
 def test_pending_tokens_resolve_late_and_raise_recorded_violations():
-    mirror = DeviceMirror(2, CPU, max_model_len=8)
+    mirror = DeviceMirror(2, CpuStream(), max_model_len=8)
     sampled = torch.tensor([4, 5], dtype=torch.int32)
     guard = StepGuard()
     with guard:
         guarded_embedding(torch.tensor([0, PLACEHOLDER]), torch.zeros(8, 2))  # recorded, not raised
-    pending = mirror.start_copy(sampled, guard, None)
-    sampled.fill_(0)  # the device buffer moves on; the in-flight copy keeps the step's tokens
+    host = mirror.results_buffer(2)
+    mirror.stream.submit(mirror.copy_results, host, sampled)
+    pending = PendingTokens(host, mirror.stream.record_event(), guard, None)
     with pytest.raises(ContractViolation, match="PLACEHOLDER"):
         pending.resolve()
-    clean = mirror.start_copy(torch.tensor([1, 2], dtype=torch.int32), StepGuard(), None)
+    clean_host = mirror.results_buffer(2)
+    mirror.stream.submit(mirror.copy_results, clean_host, torch.tensor([1, 2], dtype=torch.int32))
+    clean = PendingTokens(clean_host, mirror.stream.record_event(), StepGuard(), None)
     assert np.array_equal(clean.resolve(), [1, 2])
+    assert host.data_ptr() != clean_host.data_ptr()  # two result buffers alternate
+
+
+def test_staging_waits_for_the_copy_of_the_buffer_it_rewrites():
+    """The staging-reuse fence: with the stream held up, the third upload waits for the first copy."""
+    stream = CpuStream()
+    mirror = DeviceMirror(1, stream, max_model_len=8, capacity=8)
+    gate = threading.Event()
+    stream.submit(gate.wait)  # the stream is busy until the gate opens
+    staging = mirror._staging
+    first = staging.upload([np.array([1, 2], dtype=np.int32)])
+    staging.upload([np.array([3, 4], dtype=np.int32)])  # the other buffer: no wait
+    third = threading.Thread(target=staging.upload, args=([np.array([5, 6], dtype=np.int32)],))
+    third.start()
+    third.join(timeout=0.2)
+    assert third.is_alive()  # blocked on the fence of the first copy, not rewriting its buffer
+    gate.set()
+    third.join(timeout=5)
+    assert not third.is_alive()
+    stream.synchronize()
+    assert first[0].tolist() == [5, 6]  # one device buffer, written in stream order

@@ -14,12 +14,12 @@ from tokenstate.runtime.testing import toy_factory
 @pytest.mark.parametrize("async_scheduling", [True, False])
 def test_host_learns_sampled_tokens_one_step_late_only_on_the_async_path(async_scheduling):
     llm = LLM(toy_factory(), async_scheduling=async_scheduling)
-    runner = llm._runner
+    engine = llm._engine
     request = Request(0, (5, 6, 7), SamplingParams(max_tokens=4), seed=0, eos_token_id=None)
-    runner.scheduler.add(request)
+    engine.add(request)
     known_after_step = []
-    while runner.scheduler.has_unfinished or runner.has_pending:
-        runner.step()
+    while engine.has_unfinished:
+        engine.step()
         known_after_step.append(len(request.output_token_ids))
     if async_scheduling:
         # Step k's token is resolved only once step k + 1 has been launched; the last step that
@@ -28,19 +28,21 @@ def test_host_learns_sampled_tokens_one_step_late_only_on_the_async_path(async_s
         assert llm.stats.async_steps == 4
     else:
         assert known_after_step == [1, 2, 3, 4]
-    assert request.finish_reason == "length" and not runner.has_pending
+    assert request.finish_reason == "length" and not engine.has_pending
 
 
 def test_a_decode_row_is_prepared_before_the_host_knows_its_token():
     llm = LLM(toy_factory(), max_num_seqs=1)
-    runner = llm._runner
+    engine = llm._engine
+    runner = engine.runner
     request = Request(0, (9, 8), SamplingParams(max_tokens=3), seed=0, eos_token_id=None)
-    runner.scheduler.add(request)
-    runner.step()  # the prefill step: launched, its token still in flight
-    batch = runner.scheduler.schedule()  # the decode row, prepared before that token resolved
+    engine.add(request)
+    engine.step()  # the prefill step: launched, its token still in flight
+    batch = engine.scheduler.schedule()  # the decode row, prepared before that token resolved
     prepared = prepare_inputs(batch, runner.table, spliced=True)
     assert request.output_token_ids == []
     assert prepared.host_tokens.placeholder_buffer().tolist() == [PLACEHOLDER]
+    runner.stream.synchronize()  # the device state is the stream's: read it once the stream is idle
     on_device = int(runner.mirror.last_sampled[request.slot])  # what combine will splice in
-    runner._resolve_pending()
+    engine._resolve_previous()
     assert request.output_token_ids == [on_device]

@@ -32,7 +32,10 @@ def test_host_ids_with_honors_true_raise_on_the_first_async_decode_step():
     ) as caught:
         llm.generate(PROMPTS, SAMPLING)
     assert caught.value.rows == (0, 1, 2) and caught.value.slots == (0, 1, 2)
-    assert llm.stats.async_steps == 1  # the prefill step ran; the first decode step was stopped
+    # The prefill step, the first decode step and the next were launched: the first decode step's
+    # forward raised on the stream, and the error surfaced at its sync point (resolved after the
+    # next step's launch), before any of its tokens reached the host.
+    assert llm.stats.async_steps == 3
     # The engine is usable again: a prefill-only request never has a stale row.
     assert llm.generate([PROMPTS[0]], SamplingParams(max_tokens=1))[0].token_ids == (
         reference()[0][0],

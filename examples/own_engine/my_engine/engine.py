@@ -23,9 +23,18 @@ from tokenstate.contracts import (
 
 
 def generate(
-    forward: Callable[..., torch.Tensor], model: torch.nn.Module, prompts: list[list[int]], max_tokens: int
+    forward: Callable[..., torch.Tensor],
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    max_tokens: int,
+    *,
+    async_scheduling: bool = True,
 ) -> list[list[int]]:
-    """Greedy-decode every prompt (one slot each) for ``max_tokens`` steps after its prefill."""
+    """Greedy-decode every prompt (one slot each) for ``max_tokens`` steps after its prefill.
+
+    ``async_scheduling=False`` is the reference: the host learns each sampled token before the
+    next step is prepared, so every input id is fresh on the host.
+    """
     slots = list(range(len(prompts)))
     for slot in slots:
         model.reset_slot(slot)
@@ -41,14 +50,19 @@ def generate(
             if computed[slot] == 0:  # prefill the whole prompt
                 host_ids += known[slot]
                 query_lens.append(len(known[slot]))
-            else:  # decode: the input token was sampled last step and is still on the "device"
+            elif async_scheduling:  # decode: the input token is still on the "device"
                 host_ids.append(PLACEHOLDER)
+                query_lens.append(1)
+            else:  # decode, synchronous: the host already holds the token sampled last step
+                host_ids.append(known[slot][-1])
                 query_lens.append(1)
             seq_lens.append(computed[slot] + query_lens[-1])
         qsl = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int32)
         seq = torch.tensor(seq_lens, dtype=torch.int32)  # [num_rows]
         slot_t = torch.tensor(slots, dtype=torch.int32)  # [num_rows]
-        stale = stale_position_mask(qsl, seq, torch.tensor(prefill_lens, dtype=torch.int32))
+        # What the host knows when the step is prepared: async, only the prompt; sync, everything.
+        host_known = prefill_lens if async_scheduling else [len(k) for k in known]
+        stale = stale_position_mask(qsl, seq, torch.tensor(host_known, dtype=torch.int32))
         host = HostTokens(torch.tensor(host_ids, dtype=torch.int32), stale, qsl, slot_t)
         combined = host.placeholder_buffer().clone()  # [num_tokens] the engine's own combine
         combined[stale] = last_sampled[slot_t[_rows_of_stale(qsl, stale)]]
@@ -69,6 +83,10 @@ def generate(
                 known[slot].append(token)
         last_sampled[slot_t] = sampled
         pending = sampled.clone()
+        if not async_scheduling:  # synchronous: the host waits for this step's tokens now
+            for slot, token in zip(slots, pending.tolist(), strict=True):
+                known[slot].append(token)
+            pending = None
         for slot in slots:
             computed[slot] = seq_lens[slot]
             outputs[slot].append(int(sampled[slot]))

@@ -1,0 +1,343 @@
+"""Streams: where a step's device work runs, in submission order, fenced by events.
+
+The runner never touches device tensors from the host thread. It *submits* device work (reseeding
+admitted slots, the upload copy, combine, forward, sampling, post-update, the copy back) to a
+stream, and *records* events after it; the host only waits on an event, at a fence. Two stream
+implementations share that one interface, so the mirror and the runner have one code path:
+
+* :class:`CpuStream` — one worker thread that owns the device tensors and runs the submitted tasks
+  in order. torch releases the GIL inside its ops, so while the worker runs step N's forward the
+  host thread prepares step N+1: the CPU overlaps exactly like a GPU does, and every fence the
+  async path needs is a real fence here too.
+* :class:`CudaStream` — a ``torch.cuda.Stream``: submitting a task launches its kernels on the
+  stream, events are ``torch.cuda.Event``.
+
+An exception raised by a task is kept and re-raised by every later fence — an event recorded after
+that task (:meth:`StreamEvent.synchronize`) or :meth:`synchronize` — the way a device error surfaces
+at the next sync; later tasks are skipped until :meth:`reset`. An event recorded before the failed
+task does not raise it: step N's sync point never reports step N+1's fault.
+
+**Chaos.** ``Chaos(seed)`` (or ``TOKENSTATE_CHAOS=seed``, or ``LLM(chaos=seed)``) pauses the stream
+before its tasks and the host at the runner's hand-over points for seeded random times, so every
+interleaving a real device produces — the device far behind the host, or idle and waiting — shows up
+within a few hundred steps. A missing fence then reads as a wrong token or a contract violation.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextvars
+import os
+import queue
+import random
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from tokenstate.contracts import ConfigError
+
+__all__ = [
+    "CHAOS_ENV",
+    "Chaos",
+    "CpuStream",
+    "CudaStream",
+    "DeviceStream",
+    "StreamEvent",
+    "chaos_from_env",
+    "stream_for",
+]
+
+CHAOS_ENV = "TOKENSTATE_CHAOS"
+
+
+class Chaos:
+    """Seeded random pauses for the stream and the host (two generators: one per thread).
+
+    Args:
+        seed: the run's seed; the same seed gives the same sequence of pauses on each side.
+        probability: chance that a given hand-over point pauses at all.
+        max_delay_s: the longest pause, drawn uniformly from ``[0, max_delay_s]``.
+    """
+
+    def __init__(self, seed: int, *, probability: float = 0.5, max_delay_s: float = 0.002) -> None:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError(f"chaos: the seed must be an int >= 0, got {seed!r}.")
+        if not 0.0 <= probability <= 1.0 or not 0.0 <= max_delay_s <= 1.0:
+            raise ConfigError(
+                f"chaos: probability must lie in [0, 1] and max_delay_s in [0, 1] s, got "
+                f"{probability!r} and {max_delay_s!r}."
+            )
+        self.seed = seed
+        self.probability = probability
+        self.max_delay_s = max_delay_s
+        self._stream_rng = random.Random(seed * 2 + 1)
+        self._host_rng = random.Random(seed * 2)
+
+    def _delay(self, rng: random.Random) -> float:
+        if rng.random() >= self.probability:
+            return 0.0
+        return rng.uniform(0.0, self.max_delay_s)
+
+    def stream_delay(self) -> float:
+        """The next pause before a stream task, in seconds (only the stream's thread calls this)."""
+        return self._delay(self._stream_rng)
+
+    def host_pause(self) -> None:
+        """Pause the host thread for its next drawn time (only the host thread calls this)."""
+        delay = self._delay(self._host_rng)
+        if delay:
+            time.sleep(delay)
+
+    def __repr__(self) -> str:
+        return f"Chaos(seed={self.seed})"
+
+
+def chaos_from_env() -> Chaos | None:
+    """``Chaos`` from ``TOKENSTATE_CHAOS`` (an int seed >= 0); unset or empty: ``None``."""
+    value = os.environ.get(CHAOS_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        seed = int(value)
+    except ValueError:
+        seed = -1
+    if seed < 0:
+        raise ConfigError(
+            f"{CHAOS_ENV}={value!r} is not a seed; set it to an int >= 0 (e.g. {CHAOS_ENV}=1) or "
+            "unset it to run without chaos."
+        )
+    return Chaos(seed)
+
+
+class _Faults:
+    """The first exception a stream's task raised, and that task's index in submission order.
+
+    Shared by the stream, its worker and its events: an event re-raises the exception only if the
+    failed task was submitted before the event was recorded.
+    """
+
+    __slots__ = ("error", "index")
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+        self.index = 0
+
+    def fail(self, index: int, error: BaseException) -> None:
+        if self.error is None:
+            self.error, self.index = error, index
+
+    def raise_if_failed(self, before: int | None = None) -> None:
+        """Raise the kept exception (of a task submitted before ``before``, when given)."""
+        if self.error is not None and (before is None or self.index < before):
+            raise self.error
+
+
+@runtime_checkable
+class StreamEvent(Protocol):
+    """A point in a stream's order; the host waits on it at a fence."""
+
+    def synchronize(self) -> None:
+        """Block until the stream passed this point; re-raise a task's exception from before it."""
+
+    def wait(self) -> None:
+        """Block until the stream passed this point; a task's exception is left to the next
+        :meth:`synchronize` (a buffer fence is not the step's sync point)."""
+
+    def query(self) -> bool:
+        """Whether the stream passed this point (never blocks)."""
+
+
+@runtime_checkable
+class DeviceStream(Protocol):
+    """Where device work runs, in submission order (see the module docstring)."""
+
+    device: torch.device
+
+    def submit(self, fn: Callable[..., object], *args: Any) -> None:
+        """Enqueue ``fn(*args)``; it runs after everything submitted before it."""
+
+    def record_event(self) -> StreamEvent:
+        """An event the stream reaches once everything submitted so far has run."""
+
+    def synchronize(self) -> None:
+        """Wait for everything submitted so far; re-raise a task's exception."""
+
+    def reset(self) -> None:
+        """Wait for the stream to drain, drop a kept exception and run tasks again."""
+
+
+class _CpuEvent:
+    __slots__ = ("_done", "_faults", "_index")
+
+    def __init__(self, faults: _Faults, index: int) -> None:
+        self._done = threading.Event()
+        self._faults = faults
+        self._index = index  # tasks submitted before this event
+
+    def synchronize(self) -> None:
+        self._done.wait()
+        self._faults.raise_if_failed(before=self._index)
+
+    def wait(self) -> None:
+        self._done.wait()
+
+    def query(self) -> bool:
+        return self._done.is_set()
+
+
+_Task = tuple[int, contextvars.Context, Callable[..., object], tuple[Any, ...]]
+
+
+def _work(tasks: queue.SimpleQueue[_Task | _CpuEvent | None], faults: _Faults, chaos: Chaos | None) -> None:
+    """The worker's loop. It holds no reference to its stream, so a dropped stream is collected."""
+    with torch.inference_mode():  # grad mode is per thread: the worker sets its own
+        while True:
+            item = tasks.get()
+            if item is None:
+                return
+            if isinstance(item, _CpuEvent):
+                item._done.set()
+                continue
+            if chaos is not None:
+                delay = chaos.stream_delay()
+                if delay:
+                    time.sleep(delay)
+            if faults.error is not None:
+                continue  # a failed task poisons the stream until reset(), as a device error does
+            index, context, fn, args = item
+            try:
+                context.run(fn, *args)
+            except BaseException as exc:  # kept and re-raised at the next fence
+                faults.fail(index, exc)
+
+
+# Live workers, stopped and joined at exit: a daemon thread torn down by interpreter shutdown
+# while it still holds torch's thread-local state aborts the process.
+_workers: dict[int, tuple[threading.Thread, queue.SimpleQueue[Any]]] = {}
+
+
+def _stop(key: int) -> None:
+    worker = _workers.pop(key, None)
+    if worker is not None:
+        thread, tasks = worker
+        tasks.put(None)
+        if thread is not threading.current_thread():
+            thread.join()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for key in list(_workers):
+        _stop(key)
+
+
+class CpuStream:
+    """A stream on the CPU: one worker thread runs the submitted tasks in order.
+
+    Each task runs in a copy of the submitter's :mod:`contextvars` context (the checks mode, the step
+    guard) and under ``torch.inference_mode``.
+    """
+
+    device = torch.device("cpu")
+
+    def __init__(self, chaos: Chaos | None = None) -> None:
+        self._tasks: queue.SimpleQueue[_Task | _CpuEvent | None] = queue.SimpleQueue()
+        self._faults = _Faults()
+        self._submitted = 0
+        worker = threading.Thread(
+            target=_work, args=(self._tasks, self._faults, chaos), name="tokenstate-cpu-stream",
+            daemon=True,
+        )  # fmt: skip
+        worker.start()
+        key = id(worker)
+        _workers[key] = (worker, self._tasks)
+        weakref.finalize(self, _stop, key)  # stop the worker with its stream
+
+    def submit(self, fn: Callable[..., object], *args: Any) -> None:
+        self._tasks.put((self._submitted, contextvars.copy_context(), fn, args))
+        self._submitted += 1
+
+    def record_event(self) -> _CpuEvent:
+        event = _CpuEvent(self._faults, self._submitted)
+        self._tasks.put(event)
+        return event
+
+    def synchronize(self) -> None:
+        self.record_event().synchronize()
+
+    def reset(self) -> None:
+        self.record_event().wait()
+        self._faults.error = None
+
+
+class _CudaEvent:
+    __slots__ = ("_event", "_faults", "_index")
+
+    def __init__(self, stream: torch.cuda.Stream, faults: _Faults, index: int) -> None:
+        self._event = torch.cuda.Event()
+        self._event.record(stream)
+        self._faults = faults
+        self._index = index
+
+    def synchronize(self) -> None:
+        self._event.synchronize()
+        self._faults.raise_if_failed(before=self._index)
+
+    def wait(self) -> None:
+        self._event.synchronize()
+
+    def query(self) -> bool:
+        return bool(self._event.query())
+
+
+class CudaStream:
+    """A stream on a CUDA device: a task's kernels are launched on one ``torch.cuda.Stream``.
+
+    Chaos pauses the stream with ``torch.cuda._sleep`` (spinning on the device) before each task.
+    """
+
+    def __init__(self, device: torch.device, chaos: Chaos | None = None) -> None:
+        self.device = device
+        self._stream = torch.cuda.Stream(device)
+        self._faults = _Faults()
+        self._submitted = 0
+        self._chaos = chaos
+        self._cycles_per_s = 1.0e9  # a rough clock: chaos needs a spread of delays, not exact ones
+
+    def submit(self, fn: Callable[..., object], *args: Any) -> None:
+        index, self._submitted = self._submitted, self._submitted + 1
+        if self._faults.error is not None:
+            return
+        with torch.cuda.stream(self._stream), torch.inference_mode():
+            if self._chaos is not None:
+                delay = self._chaos.stream_delay()
+                if delay:
+                    torch.cuda._sleep(int(delay * self._cycles_per_s))
+            try:
+                fn(*args)
+            except BaseException as exc:  # re-raised at the next fence, as on the CPU
+                self._faults.fail(index, exc)
+
+    def record_event(self) -> _CudaEvent:
+        return _CudaEvent(self._stream, self._faults, self._submitted)
+
+    def synchronize(self) -> None:
+        self._stream.synchronize()
+        self._faults.raise_if_failed()
+
+    def reset(self) -> None:
+        self._stream.synchronize()
+        self._faults.error = None
+
+
+def stream_for(device: torch.device, chaos: Chaos | None = None) -> CpuStream | CudaStream:
+    """The stream implementation for ``device`` (``cpu`` or ``cuda``)."""
+    if device.type == "cuda":
+        return CudaStream(device, chaos)
+    if device.type == "cpu":
+        return CpuStream(chaos)
+    raise ConfigError(f"no stream for device {device}; use 'cpu' or 'cuda'.")

@@ -1,0 +1,63 @@
+"""Mutants of the adoption spec: each reverts exactly one fix a paid item depends on."""
+
+from __future__ import annotations
+
+import sys
+
+from tokenstate.contracts.ledger import MutantPatch, mutant
+
+
+@mutant(
+    "ADO-1/engine-unlocked",
+    doc="LLM.generate, add_request, step and has_unfinished_requests run without the engine's lock, "
+    "so a second thread's generate sees the first one's requests in flight and is refused.",
+)
+def engine_unlocked(patch: MutantPatch) -> None:
+    from tokenstate.runtime.llm import LLM
+
+    for name in ("generate", "add_request", "step", "has_unfinished_requests"):
+        patch.setattr(LLM, name, getattr(LLM, name).__wrapped__)
+
+
+@mutant(
+    "ADO-2/checks-mode-read-late",
+    doc="The command line does not read TOKENSTATE_CHECKS before running a command: the gate "
+    "records the refusal as a model failure and check never reads it.",
+)
+def checks_mode_read_late(patch: MutantPatch) -> None:
+    import tokenstate.runtime.cli as cli
+
+    patch.setattr(cli, "get_checks_mode", lambda: "boundary")
+
+
+@mutant(
+    "ADO-3/cwd-not-importable",
+    doc="--module imports with sys.path as the console script has it, without the current directory.",
+)
+def cwd_not_importable(patch: MutantPatch) -> None:
+    import importlib
+
+    import tokenstate.runtime.cli_support as support
+
+    def import_only(names: list[str]) -> None:
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except ImportError as exc:
+                from tokenstate.contracts import ConfigError
+
+                raise ConfigError(f"--module {name}: cannot import it ({exc}).") from exc
+
+    patch.setattr(support, "import_modules", import_only)
+    for module in ("tokenstate.runtime.routing_check", "tokenstate.runtime.gate_cli"):
+        patch.setattr(sys.modules[module], "import_modules", import_only)
+
+
+@mutant(
+    "ADO-4/divergence-not-a-failure",
+    doc="The gate assertion fails only on a contract error a path raised, not on tokens that differ.",
+)
+def divergence_not_a_failure(patch: MutantPatch) -> None:
+    from tokenstate.runtime.gate import GateReport
+
+    patch.setattr(GateReport, "passed", property(lambda self: not self.errors))

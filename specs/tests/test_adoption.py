@@ -1,0 +1,88 @@
+"""Items of specs/adoption.md: what a new user relies on, each provoked on purpose."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from tokenstate.contracts import set_checks_mode
+from tokenstate.runtime import LLM, SamplingParams, registry
+from tokenstate.runtime.cli import main
+from tokenstate.runtime.testing import toy_factory
+from tokenstate.testing import assert_async_equals_sync
+
+from .adoption_mutants import (
+    checks_mode_read_late,
+    cwd_not_importable,
+    divergence_not_a_failure,
+    engine_unlocked,
+)
+
+BROKEN_PLUGIN = Path(__file__).resolve().parents[2] / "tests" / "runtime" / "plugins" / "broken_lm_plugin.py"
+
+
+@pytest.mark.paid("ADO-1", before=engine_unlocked)
+def test_one_engine_serves_several_threads():
+    llm = LLM(toy_factory(), async_scheduling=True, max_num_seqs=2, max_num_batched_tokens=8)
+    prompts = [[i + 1, 2, 3, 4, 5, 6, 7] for i in range(5)]
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    alone = LLM(toy_factory(), async_scheduling=True, max_num_seqs=2, max_num_batched_tokens=8).generate(prompts, params)
+    results, errors = [], []
+    barrier = threading.Barrier(4)
+
+    def work():
+        barrier.wait()
+        try:
+            for _ in range(3):
+                results.append(llm.generate(prompts, params))
+        except Exception as exc:  # collected: the assertion names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(results) == 12
+    assert all(r == alone for r in results)
+
+
+@pytest.mark.paid("ADO-2", before=checks_mode_read_late)
+def test_a_bad_checks_mode_is_refused_before_any_command_runs(monkeypatch, capsys):
+    monkeypatch.setenv("TOKENSTATE_CHECKS", "bogus")
+    for argv in (["check"], ["gate", "--model", "tiny-llama", "--requests", "1", "--max-tokens", "2", "--no-oracle"]):
+        set_checks_mode(None)
+        assert main(argv) == 2, argv
+        assert "TOKENSTATE_CHECKS='bogus' is not a checks mode; valid values: off, boundary, full" in capsys.readouterr().err
+
+
+@pytest.mark.paid("ADO-3", before=cwd_not_importable)
+def test_module_is_importable_from_the_current_directory(tmp_path, monkeypatch, capsys):
+    package = tmp_path / "ado3_engine"
+    package.mkdir()
+    (package / "__init__.py").write_text(BROKEN_PLUGIN.read_text())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path), ".")])
+    try:
+        assert main(["check", "--module", "ado3_engine"]) == 1  # imported; its forward ignores device ids
+        assert "BrokenLM: ignores" in capsys.readouterr().out
+    finally:
+        module = sys.modules.pop("ado3_engine", None)
+        if module is not None:
+            registry.unregister(module.BROKEN)
+
+
+@pytest.mark.paid("ADO-4", before=divergence_not_a_failure)
+def test_gate_assertion_fails_on_a_silent_divergence(monkeypatch):
+    monkeypatch.syspath_prepend(str(BROKEN_PLUGIN.parent))
+    import broken_lm_plugin
+
+    try:
+        with pytest.raises(AssertionError, match=r"request \d+ \(prompt \d+ tokens\), async vs sync: .*\(stale row\)"):
+            assert_async_equals_sync(broken_lm_plugin.BROKEN, [[1, 2, 3], [4, 5]], max_tokens=6)
+    finally:
+        registry.unregister(broken_lm_plugin.BROKEN)
+        sys.modules.pop("broken_lm_plugin", None)

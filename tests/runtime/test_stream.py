@@ -1,0 +1,112 @@
+"""The CPU stream: in-order tasks on a worker thread, real events, errors at the next fence, chaos."""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+
+import pytest
+import torch
+
+from tokenstate.contracts import ConfigError
+from tokenstate.runtime import LLM, SamplingParams
+from tokenstate.runtime.stream import CHAOS_ENV, Chaos, CpuStream, chaos_from_env, stream_for
+from tokenstate.runtime.testing import toy_factory
+
+_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("test_stream_var", default="unset")
+
+
+def test_tasks_run_in_order_on_one_worker_thread_and_events_mark_progress():
+    stream = CpuStream()
+    gate = threading.Event()
+    seen: list[tuple[int, str]] = []
+    stream.submit(gate.wait)
+    for i in range(3):
+        stream.submit(lambda i=i: seen.append((i, threading.current_thread().name)))
+    event = stream.record_event()
+    assert not event.query()  # the worker is held at the gate: the event is not reached yet
+    gate.set()
+    event.synchronize()
+    assert event.query()
+    assert [i for i, _ in seen] == [0, 1, 2]
+    assert {name for _, name in seen} == {"tokenstate-cpu-stream"}
+
+
+def test_tasks_see_the_submitters_context_and_run_in_inference_mode():
+    stream = CpuStream()
+    seen: list[tuple[str, bool]] = []
+    token = _VAR.set("from the host")
+    try:
+        stream.submit(lambda: seen.append((_VAR.get(), torch.is_inference_mode_enabled())))
+    finally:
+        _VAR.reset(token)
+    stream.synchronize()
+    assert seen == [("from the host", True)]
+
+
+def test_a_failed_task_raises_at_the_next_fence_and_skips_later_tasks_until_reset():
+    stream = CpuStream()
+    ran: list[int] = []
+
+    def fail() -> None:
+        raise ValueError("device fault")
+
+    stream.submit(fail)
+    stream.submit(ran.append, 1)  # skipped: the stream is poisoned, as after a device error
+    stream.record_event().wait()  # a buffer fence only waits: the error is the sync point's
+    with pytest.raises(ValueError, match="device fault"):
+        stream.synchronize()
+    with pytest.raises(ValueError, match="device fault"):
+        stream.record_event().synchronize()  # still failed: errors stay until reset
+    stream.reset()
+    stream.submit(ran.append, 2)
+    stream.synchronize()
+    assert ran == [2]
+
+
+def test_an_event_recorded_before_a_failed_task_does_not_raise_its_error():
+    stream = CpuStream()
+    before = stream.record_event()
+
+    def fail() -> None:
+        raise ValueError("step N+1's fault")
+
+    stream.submit(fail)
+    after = stream.record_event()
+    with pytest.raises(ValueError):
+        after.synchronize()
+    before.synchronize()  # step N's sync point does not report step N+1's fault
+    stream.reset()
+
+
+def test_stream_for_picks_the_cpu_stream_and_refuses_other_devices():
+    assert isinstance(stream_for(torch.device("cpu")), CpuStream)
+    with pytest.raises(ConfigError, match="no stream for device meta"):
+        stream_for(torch.device("meta"))
+
+
+def test_chaos_is_seeded_and_its_settings_are_checked(monkeypatch):
+    a, b = Chaos(5), Chaos(5)
+    assert [a.stream_delay() for _ in range(20)] == [b.stream_delay() for _ in range(20)]
+    assert any(d > 0 for d in (a.stream_delay() for _ in range(20)))
+    with pytest.raises(ConfigError, match="int >= 0"):
+        Chaos(-1)
+    with pytest.raises(ConfigError, match="probability"):
+        Chaos(1, probability=2.0)
+    monkeypatch.setenv(CHAOS_ENV, "7")
+    chaos = chaos_from_env()
+    assert chaos is not None and chaos.seed == 7
+    monkeypatch.setenv(CHAOS_ENV, "fast")
+    with pytest.raises(ConfigError, match=r"TOKENSTATE_CHAOS='fast' is not a seed"):
+        chaos_from_env()
+    monkeypatch.delenv(CHAOS_ENV)
+    assert chaos_from_env() is None
+
+
+def test_llm_chaos_option_keeps_async_equal_to_sync():
+    prompts = [[5, 6, 7], [9, 3, 4, 1], [11, 12]]
+    params = SamplingParams(max_tokens=10, ignore_eos=True)
+    sync = LLM(toy_factory(), async_scheduling=False).generate(prompts, params)
+    llm = LLM(toy_factory(), chaos=3, max_num_seqs=2)
+    assert llm._engine.runner.chaos is not None and llm._engine.runner.chaos.seed == 3
+    assert [o.token_ids for o in llm.generate(prompts, params)] == [o.token_ids for o in sync]
