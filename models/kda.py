@@ -13,6 +13,9 @@ Per head, with key channels ``i`` and value channels ``j``, for each token ``t``
 
 State kept per slot: the last ``K - 1`` conv inputs and ``S`` (float32, it accumulates over the whole
 request). Both continue across chunked-prefill steps; ``reset_slot`` zeroes them on admission.
+Rows with speculative drafts advance one position at a time and checkpoint both states after each
+(:mod:`tokenstate.models.draft_checkpoints`); the slot's next row restores the checkpoint after the
+last accepted draft.
 Parameter names are the HF checkpoint names (``q_conv1d`` etc. are fused into ``conv_weight`` and
 split again by the weight map in :mod:`tokenstate.models.kimi_linear`).
 """
@@ -26,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokenstate.contracts import ConfigError, ContractViolation, ForwardInput, RowSpan
+from tokenstate.models.draft_checkpoints import DraftGroup, DraftPlan, StateCheckpoints
 from tokenstate.models.fused_linear import FusedProjection
 
 __all__ = ["KimiDeltaAttention", "RecurrentGroup", "delta_rule_scan", "recurrent_groups", "short_conv"]
@@ -47,7 +51,9 @@ class RecurrentGroup:
 
 
 def recurrent_groups(inp: ForwardInput, *, num_slots: int) -> tuple[RecurrentGroup, ...]:
-    """Group the step's rows by query length; index tensors go up in one pinned, non-blocking copy."""
+    """Group the step's rows without drafts by query length (draft rows go through a
+    :class:`~tokenstate.models.draft_checkpoints.DraftPlan`); index tensors go up in one pinned,
+    non-blocking copy."""
     bad = [r for r in inp.layout.rows if not 0 <= r.slot < num_slots]
     if bad:
         raise ContractViolation(
@@ -56,7 +62,8 @@ def recurrent_groups(inp: ForwardInput, *, num_slots: int) -> tuple[RecurrentGro
         )
     by_length: dict[int, list[RowSpan]] = {}
     for row in inp.layout.rows:
-        by_length.setdefault(row.query_len, []).append(row)
+        if row.num_drafts == 0:
+            by_length.setdefault(row.query_len, []).append(row)
     host: list[Tensor] = []
     for rows in by_length.values():
         if len(rows) > 1:
@@ -164,6 +171,7 @@ class KimiDeltaAttention(nn.Module):
         self.conv_state: Tensor | None = None  # [num_slots, 3 * inner, K - 1]
         self.recurrent_state: Tensor | None = None  # [num_slots, heads, d_k, d_v] float32
         self._x_projections = FusedProjection()  # q/k/v/f_a/g_a/b of x in one matmul
+        self._checkpoints = StateCheckpoints()  # both states after each draft position
 
     def allocate_slots(self, num_slots: int) -> None:
         w = self.q_proj.weight
@@ -172,17 +180,22 @@ class KimiDeltaAttention(nn.Module):
         self.recurrent_state = torch.zeros(
             num_slots, self.num_heads, self.head_dim, self.head_dim, dtype=torch.float32, device=w.device
         )
+        self._checkpoints.clear()
 
     def reset_slot(self, slot: int) -> None:
         if self.conv_state is not None and self.recurrent_state is not None:
             self.conv_state[slot].zero_()
             self.recurrent_state[slot].zero_()
 
-    def forward(self, x: Tensor, groups: tuple[RecurrentGroup, ...]) -> Tensor:
+    def forward(
+        self, x: Tensor, groups: tuple[RecurrentGroup, ...], drafts: DraftPlan | None = None
+    ) -> Tensor:
         """``x``: ``[num_tokens, hidden]`` (normed input) → ``[num_tokens, hidden]``."""
         conv_state, recurrent_state = self.conv_state, self.recurrent_state
         if conv_state is None or recurrent_state is None:
             raise ConfigError("KDA layer has no state: call model.allocate_slots(num_slots) first.")
+        if drafts is not None:
+            self._checkpoints.restore(drafts, (conv_state, recurrent_state))
         n, heads, d = x.shape[0], self.num_heads, self.head_dim
         inner = heads * d
         # Every projection of x in one matmul: [T, 3 * inner (q|k|v) + d (f_a) + d (g_a) + heads (b)].
@@ -213,8 +226,33 @@ class KimiDeltaAttention(nn.Module):
                 recurrent_state[group.slots],
             )  # [G, L, heads, d_v]
             core[group.tokens] = out.reshape(rows * length, heads, d)
+        for draft_group in drafts.groups if drafts is not None else ():
+            self._scan_drafts(mixed, log_decay, beta, draft_group, core)
 
         normed = core * torch.rsqrt(core.pow(2).mean(-1, keepdim=True) + self.rms_norm_eps)
         gate = torch.sigmoid(self.g_b_proj(g_a).float()).view(n, heads, d)
         gated = (normed * self.o_norm_weight.float() * gate).to(x.dtype)  # [T, heads, d_v]
         return self.o_proj(gated.reshape(n, heads * d))
+
+    def _scan_drafts(
+        self, mixed: Tensor, log_decay: Tensor, beta: Tensor, group: DraftGroup, core: Tensor
+    ) -> None:
+        """Rows with drafts, one position at a time, checkpointing both states after each.
+
+        ``mixed [T, 3 * inner]``, ``log_decay [T, heads, d_k]``, ``beta [T, heads]``; writes ``core``.
+        """
+        conv_state, recurrent_state = self.conv_state, self.recurrent_state
+        assert conv_state is not None and recurrent_state is not None
+        heads, d, slots = self.num_heads, self.head_dim, group.slots
+        for position in range(group.length):
+            idx = group.tokens(position)  # [G]
+            conv_out, conv_state[slots] = short_conv(
+                mixed[idx].unsqueeze(-1), conv_state[slots], self.conv_weight
+            )  # [G, 3 * inner, 1]
+            q, k, v = conv_out.squeeze(-1).float().view(-1, 3, heads, d).unbind(1)  # [G, heads, d] each
+            out, recurrent_state[slots] = delta_rule_scan(
+                (_l2_normalise(q) * d**-0.5).unsqueeze(1), _l2_normalise(k).unsqueeze(1), v.unsqueeze(1),
+                log_decay[idx].unsqueeze(1), beta[idx].unsqueeze(1), recurrent_state[slots],
+            )  # [G, 1, heads, d_v]  # fmt: skip
+            core[idx] = out.squeeze(1)
+            self._checkpoints.save(position, slots, (conv_state, recurrent_state))

@@ -8,8 +8,9 @@ by either a dense gated MLP or a shared-expert MoE (:mod:`tokenstate.models.moe`
 The registered forward reads the step's token ids itself — ``inp.device_tokens.ids`` whenever the
 runner sent device ids, else the (checked) host ids — and embeds them through the guarded gather;
 this is the "direct read" routing pattern (the dense family delegates instead, NemotronH publishes
-a scope). Recurrent state cannot roll back rejected draft tokens, so the factory does not support
-speculative decoding.
+a scope). Speculative drafts are supported: the KDA layers checkpoint their conv and delta-rule
+state after every draft position, and the slot's next row restores the one after the last accepted
+draft (:mod:`tokenstate.models.draft_checkpoints`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from torch import Tensor, nn
 
 from tokenstate.contracts import ConfigError, ForwardInput, entry_point
 from tokenstate.models.dense import EmbeddingTable
+from tokenstate.models.draft_checkpoints import DraftPlan, DraftTracker
 from tokenstate.models.kda import KimiDeltaAttention, RecurrentGroup, recurrent_groups
 from tokenstate.models.kimi_linear_config import (
     ARCHITECTURE,
@@ -85,6 +87,7 @@ class KimiLinearStep:
 
     batch: SlotBatch | None  # None when the model has no MLA layer
     groups: tuple[RecurrentGroup, ...]  # empty when the model has no KDA layer
+    drafts: DraftPlan | None = None  # the step's draft rows and checkpoint restores (KDA layers)
 
 
 class KimiDecoderLayer(nn.Module):
@@ -120,7 +123,7 @@ class KimiDecoderLayer(nn.Module):
     def forward(self, hidden: Tensor, step: KimiLinearStep) -> Tensor:
         normed = self.input_layernorm(hidden)  # [T, hidden]
         if isinstance(self.self_attn, KimiDeltaAttention):
-            hidden = hidden + self.self_attn(normed, step.groups)
+            hidden = hidden + self.self_attn(normed, step.groups, step.drafts)
         else:
             assert step.batch is not None  # built whenever the model has an MLA layer
             hidden = hidden + self.self_attn(normed, step.batch)
@@ -151,6 +154,7 @@ class KimiLinear(nn.Module):
         self.num_slots = 0
         self._has_mla = any(t != KDA for t in config.layer_types)
         self._has_kda = KDA in config.layer_types
+        self._drafts = DraftTracker()  # which slots' next row restores a draft checkpoint
 
     def allocate_slots(self, num_slots: int) -> None:
         if not isinstance(num_slots, int) or isinstance(num_slots, bool) or num_slots < 1:
@@ -161,12 +165,14 @@ class KimiLinear(nn.Module):
             else:
                 layer.self_attn.allocate_slots(num_slots, self.max_model_len)
         self.num_slots = num_slots
+        self._drafts.clear()
 
     def reset_slot(self, slot: int) -> None:
         if not 0 <= slot < self.num_slots:
             raise ConfigError(f"reset_slot: slot {slot} is outside the {self.num_slots} allocated slots.")
         for layer in self.model.layers:
             layer.self_attn.reset_slot(slot)
+        self._drafts.reset(slot)
 
     def logits_from_embeddings(self, hidden: Tensor, inp: ForwardInput) -> Tensor:
         """Run the layers on ``[num_tokens, hidden]`` embeddings → ``[num_logits, vocab]`` float32."""
@@ -177,6 +183,7 @@ class KimiLinear(nn.Module):
             if self._has_mla
             else None,
             groups=recurrent_groups(inp, num_slots=self.num_slots) if self._has_kda else (),
+            drafts=self._drafts.plan(inp) if self._has_kda else None,
         )
         for layer in self.model.layers:
             hidden = layer(hidden, step)
@@ -273,6 +280,6 @@ KIMI_LINEAR = ModelFactory(
     save=save,
     honors_device_token_ids=True,
     presets={"tiny-kimi-linear": TINY_KIMI_LINEAR},
-    supports_speculative=False,
+    supports_speculative=True,
     name="kimi-linear",
 )

@@ -11,7 +11,9 @@ Per token ``t`` of a request (heads ``h``, head dim ``p``, state dim ``n``, grou
     out        = out_proj(rmsnorm_per_group(y * silu(z)) * norm.weight)
 
 Both the conv state and the SSM state are per *slot*, so a request's chunked prefill continues
-across steps. One-token rows (decode) are updated together in one vectorised step (gather the
+across steps. Rows with speculative drafts advance one position at a time and checkpoint both
+states after each (:mod:`tokenstate.models.draft_checkpoints`); the slot's next row restores the
+checkpoint after the last accepted draft. One-token rows (decode) are updated together in one vectorised step (gather the
 slots' states, update, scatter back); longer rows (prefill chunks) are scanned one row at a time
 with the chunked (SSD) form: quadratic inside a chunk of ``chunk_size`` tokens, a recurrence
 between chunks — the same numbers as the token recurrence, in far fewer, larger operations.
@@ -26,6 +28,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokenstate.contracts import ConfigError, ForwardInput, RowSpan
+from tokenstate.models.draft_checkpoints import (
+    NO_DRAFTS,
+    DraftGroup,
+    DraftPlan,
+    DraftTracker,
+    StateCheckpoints,
+)
 
 __all__ = ["GatedRMSNorm", "Mamba2Mixer", "RecurrentBatch"]
 
@@ -37,22 +46,25 @@ class RecurrentBatch:
     Attributes:
         single_tokens: ``[num_single]`` int64, flat index of each one-token row's token.
         single_slots: ``[num_single]`` int64, that row's slot.
-        chunks: rows with more than one query token (prefill chunks), as host ints.
+        chunks: rows with more than one query token and no drafts (prefill chunks), as host ints.
         singles_only: every token of the step is a one-token row, in flat order (decode-only
             step): the layer runs its one-token update on the whole step, no gather or scatter.
+        drafts: the step's draft rows and the checkpoints to restore first.
     """
 
     single_tokens: Tensor | None  # [num_single] int64, execution device
     single_slots: Tensor | None  # [num_single] int64, execution device
     chunks: tuple[RowSpan, ...]
     singles_only: bool = False
+    drafts: DraftPlan = NO_DRAFTS
 
     @classmethod
-    def from_input(cls, inp: ForwardInput) -> RecurrentBatch:
+    def from_input(cls, inp: ForwardInput, tracker: DraftTracker | None = None) -> RecurrentBatch:
+        drafts = NO_DRAFTS if tracker is None else tracker.plan(inp)
         singles = [row for row in inp.layout.rows if row.query_len == 1]
-        chunks = tuple(row for row in inp.layout.rows if row.query_len > 1)
+        chunks = tuple(row for row in inp.layout.rows if row.query_len > 1 and row.num_drafts == 0)
         if not singles:
-            return cls(None, None, chunks)
+            return cls(None, None, chunks, drafts=drafts)
         # One host->device copy for both index vectors (host metadata only: no device sync).
         index = torch.tensor(
             [[r.start for r in singles], [r.slot for r in singles]], dtype=torch.int64
@@ -60,7 +72,7 @@ class RecurrentBatch:
         index = index.to(inp.device, non_blocking=True)  # [2, num_single]
         # Rows are consecutive in the flat buffer, so one-token rows covering every token are
         # exactly the tokens 0..T-1 in order.
-        return cls(index[0], index[1], chunks, singles_only=len(singles) == inp.num_tokens)
+        return cls(index[0], index[1], chunks, singles_only=len(singles) == inp.num_tokens, drafts=drafts)
 
 
 class GatedRMSNorm(nn.Module):
@@ -116,6 +128,7 @@ class Mamba2Mixer(nn.Module):
         # Runtime state, not weights: set by allocate_slots.
         self.conv_state: Tensor | None = None  # [num_slots, conv_dim, K - 1] last raw conv inputs
         self.ssm_state: Tensor | None = None  # [num_slots, heads, head_dim, state] float32
+        self._checkpoints = StateCheckpoints()  # both states after each draft position
 
     def allocate_slots(self, num_slots: int) -> None:
         w = self.in_proj.weight
@@ -128,6 +141,7 @@ class Mamba2Mixer(nn.Module):
             dtype=torch.float32,
             device=w.device,
         )
+        self._checkpoints.clear()
 
     def reset_slot(self, slot: int) -> None:
         if self.conv_state is not None and self.ssm_state is not None:
@@ -141,6 +155,7 @@ class Mamba2Mixer(nn.Module):
             raise ConfigError(
                 "Mamba2 mixer has no state: call model.allocate_slots(num_slots) first."
             )
+        self._checkpoints.restore(batch.drafts, (conv_state, ssm_state))
         projected = self.in_proj(u)  # [num_tokens, inner + conv_dim + heads]
         z, xbc, dt = projected.split([self.inner_size, self.conv_dim, self.num_heads], dim=-1)
         if batch.singles_only and batch.single_slots is not None:
@@ -153,7 +168,19 @@ class Mamba2Mixer(nn.Module):
         for row in batch.chunks:
             rows = slice(row.start, row.end)
             y[rows] = self._scan_row(xbc[rows], dt[rows], conv_state, ssm_state, row.slot)
+        for group in batch.drafts.groups:
+            self._scan_drafts(xbc, dt, conv_state, ssm_state, group, y)
         return self.out_proj(self.norm(y.flatten(1), z))
+
+    def _scan_drafts(
+        self, xbc: Tensor, dt: Tensor, conv_state: Tensor, ssm_state: Tensor, group: DraftGroup,
+        y: Tensor,
+    ) -> None:
+        """Rows with drafts, one position at a time, checkpointing both states after each."""  # fmt: skip
+        for position in range(group.length):
+            idx = group.tokens(position)  # [G]
+            y[idx] = self._step(xbc[idx], dt[idx], conv_state, ssm_state, group.slots)
+            self._checkpoints.save(position, group.slots, (conv_state, ssm_state))
 
     def _split_heads(self, xbc: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``[T, conv_dim]`` -> x ``[T, heads, head_dim]``, B and C ``[T, heads, state]`` (fp32)."""

@@ -4,8 +4,9 @@ The registered forward opens a :class:`~tokenstate.models.scope.StepScope` that 
 step's token ids — the *device* ids whenever the runner sent them — and the embedding deep inside
 the backbone (:class:`~tokenstate.models.scope.ScopedEmbedding`) consumes that scope instead of
 receiving ids as an argument: the delegation pattern of real engines, which the routing checker
-must see through. Hence ``honors_device_token_ids=True``. Recurrent (conv/SSM) state cannot roll
-back rejected drafts, hence ``supports_speculative=False``.
+must see through. Hence ``honors_device_token_ids=True``. Speculative drafts are supported: the
+Mamba2 layers checkpoint their conv/SSM state after every draft position and the slot's next row
+restores the one after the last accepted draft (:mod:`tokenstate.models.draft_checkpoints`).
 
 Checkpoints are NemotronH's HF format: ``backbone.*`` names and one tensor pair per expert
 (``backbone.layers.1.mixer.experts.0.up_proj.weight``), which is what HF writes on save.
@@ -23,6 +24,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from tokenstate.contracts import ConfigError, ForwardInput, entry_point
+from tokenstate.models.draft_checkpoints import DraftTracker
 from tokenstate.models.layers import RMSNorm
 from tokenstate.models.mamba2 import Mamba2Mixer, RecurrentBatch
 from tokenstate.models.nemotron_h_blocks import NemotronHBlock, NemotronHStep
@@ -60,6 +62,7 @@ class NemotronHBackbone(nn.Module):
         self.norm_f = RMSNorm(s["hidden_size"], s["layer_norm_epsilon"])
         self.max_model_len: int = s["max_position_embeddings"]
         self.num_slots = 0
+        self._drafts = DraftTracker()  # which slots' next row restores a draft checkpoint
 
     def forward(self, inp: ForwardInput) -> Tensor:
         """``[num_logits, hidden]`` final-normed states at ``inp.logits_indices``."""
@@ -71,7 +74,7 @@ class NemotronHBackbone(nn.Module):
             attention=SlotBatch.from_input(
                 inp, num_slots=self.num_slots, max_model_len=self.max_model_len
             ),
-            recurrent=RecurrentBatch.from_input(inp),
+            recurrent=RecurrentBatch.from_input(inp, self._drafts),
         )
         hidden = self.embeddings()  # [num_tokens, hidden], ids from the open StepScope
         for layer in self.layers:
@@ -86,6 +89,7 @@ class NemotronHBackbone(nn.Module):
         for layer in self.layers:
             layer.allocate_slots(num_slots, self.max_model_len)
         self.num_slots = num_slots
+        self._drafts.clear()
 
     def reset_slot(self, slot: int) -> None:
         if not isinstance(slot, int) or not 0 <= slot < self.num_slots:
@@ -94,6 +98,7 @@ class NemotronHBackbone(nn.Module):
             )
         for layer in self.layers:
             layer.reset_slot(slot)
+        self._drafts.reset(slot)
 
 
 class NemotronHForCausalLM(nn.Module):
@@ -243,6 +248,6 @@ NEMOTRON_H_FACTORY: Final = ModelFactory(
     honors_device_token_ids=True,
     presets={"tiny-nemotron-h": TINY_NEMOTRON_H},
     preset_seed=0,
-    supports_speculative=False,
+    supports_speculative=True,
     name="nemotron-h",
 )

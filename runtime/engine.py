@@ -22,6 +22,7 @@ from tokenstate.runtime.registry import ModelFactory
 from tokenstate.runtime.request import Request
 from tokenstate.runtime.runner import InFlight, ModelRunner
 from tokenstate.runtime.scheduler import Scheduler
+from tokenstate.runtime.watchdog import ProgressWatchdog, default_stall_limit
 
 __all__ = ["Engine", "EngineConfig"]
 
@@ -45,6 +46,10 @@ class Engine:
         )
         self.runner = ModelRunner(factory, model, config)
         self._in_flight: InFlight | None = None
+        # A hang is a failure: no progress for this many steps raises EngineStalledError.
+        self.watchdog = ProgressWatchdog(
+            default_stall_limit(int(model.max_model_len), config.max_num_batched_tokens)
+        )
 
     @property
     def has_pending(self) -> bool:
@@ -60,6 +65,11 @@ class Engine:
 
     def step(self) -> list[Request]:
         """Run one step; returns the requests whose finish the host learned in it."""
+        finished = self._step()
+        self.watchdog.after_step((*self.scheduler.running, *self.scheduler.waiting), len(finished))
+        return finished
+
+    def _step(self) -> list[Request]:
         with torch.inference_mode():
             batch = self.scheduler.schedule()  # 1. schedule
             if not batch.rows:
@@ -111,3 +121,4 @@ class Engine:
         self.runner.abort()
         self._in_flight = None
         self.scheduler.abort_all()
+        self.watchdog.reset()

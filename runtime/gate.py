@@ -7,20 +7,36 @@ is the information that otherwise takes a per-layer trace to find.
 
 References: the async path is compared with the sync path; both are compared with the oracle when
 transformers is installed (teacher-forced, see :mod:`tokenstate.runtime.oracle`).
+
+By default the gate runs the baseline schedule below and then the schedule matrix
+(:mod:`tokenstate.runtime.gate_matrix`): one cell per bug family — random row order, preemption and
+resume, chunked prefill and budget skips, early stops and slot reuse, penalties and bad words,
+n-gram drafts, the fallback path, all at once — each reporting that its condition was reached. ``quick=True`` runs the
+baseline alone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tokenstate.contracts import ConfigError, TokenStateError, checks_mode
+from tokenstate.runtime.gate_compare import Divergence, PathResult, compare_tokens
+from tokenstate.runtime.gate_matrix import (
+    CELLS,
+    MATRIX_MIN_REQUESTS,
+    MATRIX_MIN_TOKENS,
+    CellReport,
+    MatrixContext,
+    run_cell,
+)
 from tokenstate.runtime.llm import LLM
-from tokenstate.runtime.outputs import RequestOutput, TokenOrigin
+from tokenstate.runtime.outputs import RequestOutput
 from tokenstate.runtime.params import SamplingParams
+from tokenstate.runtime.registry import ModelFactory
 
 __all__ = ["Divergence", "GateConfig", "GateReport", "PathResult", "builtin_prompts", "run_gate"]
 
@@ -42,42 +58,13 @@ class GateConfig:
     device: str = "cpu"
     checks: str | None = None
     oracle: bool = True
+    quick: bool = False  # the baseline schedule only, no schedule matrix
 
     def __post_init__(self) -> None:
         for name in ("num_requests", "max_tokens", "max_num_seqs", "max_num_batched_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"gate: {name} must be a positive int, got {value!r}.")
-
-
-@dataclass(frozen=True)
-class Divergence:
-    """The first output token where a path leaves its reference."""
-
-    index: int  # output token index within the request
-    expected: int
-    got: int
-    step: int | None  # engine step that sampled the token
-    row: int | None  # batch row of the request in that step
-    stale: bool | None  # whether that row's last input id was spliced in on the device
-
-    def describe(self) -> str:
-        where = "" if self.step is None else f" at step {self.step}, row {self.row} ({'stale' if self.stale else 'fresh'} row)"
-        return f"token {self.index}: expected {self.expected}, got {self.got}{where}"
-
-
-@dataclass(frozen=True)
-class PathResult:
-    """One request on one comparison, e.g. ``async vs sync``."""
-
-    comparison: str
-    matched: int
-    total: int
-    divergence: Divergence | None
-
-    @property
-    def ok(self) -> bool:
-        return self.matched == self.total
 
 
 @dataclass
@@ -90,6 +77,7 @@ class GateReport:
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
     prompt_lens: list[int] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)  # path -> the contract error it raised
+    cells: list[CellReport] = field(default_factory=list)  # the schedule matrix (empty: quick)
 
     def totals(self) -> dict[str, tuple[int, int]]:
         """``comparison -> (matched, total)`` over all requests."""
@@ -99,8 +87,12 @@ class GateReport:
         }
 
     @property
-    def passed(self) -> bool:
+    def baseline_passed(self) -> bool:
         return not self.errors and all(r[c].ok for r in self.requests for c in self.comparisons)
+
+    @property
+    def passed(self) -> bool:
+        return self.baseline_passed and all(cell.passed for cell in self.cells)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,6 +109,7 @@ class GateReport:
                 }
                 for i, r in enumerate(self.requests)
             ],
+            "cells": [cell.to_json() for cell in self.cells],
         }
 
 
@@ -128,28 +121,16 @@ def builtin_prompts(vocab_size: int, max_model_len: int, config: GateConfig) -> 
     return [[rng.randrange(vocab_size) for _ in range(n)] for n in lengths]
 
 
-def _compare(
-    comparison: str, reference: Sequence[int], got: RequestOutput, origins: Sequence[TokenOrigin]
-) -> PathResult:
-    tokens = got.token_ids
-    matched = 0
-    while matched < min(len(reference), len(tokens)) and reference[matched] == tokens[matched]:
-        matched += 1
-    total = len(reference)
-    if matched == total and len(tokens) == total:
-        return PathResult(comparison, matched, total, None)
-    if matched >= len(tokens):  # our path stopped early: nothing sampled to blame
-        return PathResult(comparison, matched, total, Divergence(matched, reference[matched], -1, None, None, None))
-    origin = origins[matched] if matched < len(origins) else None
-    divergence = Divergence(
-        index=matched,
-        expected=reference[matched] if matched < total else -1,
-        got=tokens[matched],
-        step=None if origin is None else origin.step,
-        row=None if origin is None else origin.row,
-        stale=None if origin is None else origin.stale,
+def _shared_model(llm: LLM) -> ModelFactory:
+    """A factory whose every build returns ``llm``'s model: the matrix's engines share its weights.
+
+    Engines run one after the other and each allocates its slots afresh, so sharing is safe, and
+    building (or loading) a model is the slow part of a tiny engine.
+    """
+    model = llm.model
+    return dataclasses.replace(
+        llm.factory, build=lambda config, *, device, seed: model, presets={"shared": {}}
     )
-    return PathResult(comparison, matched, total, divergence)
 
 
 def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[int]] | None = None) -> GateReport:
@@ -160,26 +141,21 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
     """
     config = config or GateConfig()
     params = SamplingParams(max_tokens=config.max_tokens, ignore_eos=True)
-    engines = {
-        path: LLM(
-            model,
-            async_scheduling=async_scheduling,
-            device=config.device,
-            max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=config.max_num_batched_tokens,
-            seed=config.seed,
-        )
-        for path, async_scheduling in (("sync", False), ("async", True))
-    }
-    llm = engines["sync"]
+    settings = {
+        "device": config.device, "max_num_seqs": config.max_num_seqs,
+        "max_num_batched_tokens": config.max_num_batched_tokens, "seed": config.seed,
+    }  # fmt: skip
+    first = LLM(model, async_scheduling=False, **settings)
+    shared = _shared_model(first)
     if prompts is None:
-        prompts = builtin_prompts(llm.model.vocab_size, llm.model.max_model_len, config)
+        prompts = builtin_prompts(first.model.vocab_size, first.model.max_model_len, config)
     comparisons = ["async vs sync"]
-    if config.oracle and _oracle_ready() and llm.factory.save is not None:
+    if config.oracle and _oracle_ready() and first.factory.save is not None:
         comparisons += ["sync vs oracle", "async vs oracle"]
-    report = GateReport(model=llm.factory.name, comparisons=comparisons, prompt_lens=[len(p) for p in prompts])
+    report = GateReport(model=first.factory.name, comparisons=comparisons, prompt_lens=[len(p) for p in prompts])
     outputs: dict[str, list[RequestOutput]] = {}
-    for path, engine in engines.items():
+    for path in ("sync", "async"):
+        engine = first if path == "sync" else LLM(shared, async_scheduling=True, **settings)
         try:
             with checks_mode(config.checks) if config.checks else contextlib.nullcontext():
                 outputs[path] = engine.generate(prompts, params)
@@ -192,15 +168,37 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
     if "sync vs oracle" in comparisons:
         from tokenstate.runtime.oracle import HFOracle
 
-        oracle = HFOracle(llm.factory, llm.model)
+        oracle = HFOracle(first.factory, first.model)
     for i, prompt in enumerate(prompts):
         sync, async_ = outputs["sync"][i], outputs["async"][i]
-        row = {"async vs sync": _compare("async vs sync", sync.token_ids, async_, async_.origins)}
+        row = {"async vs sync": compare_tokens("async vs sync", sync.token_ids, async_)}
         if oracle is not None:
             for path, out in (("sync", sync), ("async", async_)):
                 name = f"{path} vs oracle"
-                row[name] = _compare(name, oracle.greedy_choices(prompt, list(out.token_ids)), out, out.origins)
+                row[name] = compare_tokens(name, oracle.greedy_choices(prompt, list(out.token_ids)), out)
         report.requests.append(row)
+    if not config.quick:
+        # The matrix needs enough requests and tokens to reach its conditions whatever the
+        # baseline's size; it reuses the baseline's outputs when its request set is the same.
+        matrix = dataclasses.replace(
+            config, num_requests=max(config.num_requests, MATRIX_MIN_REQUESTS),
+            max_tokens=max(config.max_tokens, MATRIX_MIN_TOKENS),
+        )  # fmt: skip
+        matrix_prompts = builtin_prompts(first.model.vocab_size, first.model.max_model_len, matrix)
+        if matrix_prompts == prompts and matrix.max_tokens == config.max_tokens:
+            baseline = [o.token_ids for o in outputs["sync"]]
+        else:
+            reference = LLM(shared, async_scheduling=False, **settings)
+            matrix_params = SamplingParams(max_tokens=matrix.max_tokens, ignore_eos=True)
+            baseline = [o.token_ids for o in reference.generate(matrix_prompts, matrix_params)]
+        context = MatrixContext(
+            factory=shared, prompts=matrix_prompts, baseline=baseline,
+            max_tokens=matrix.max_tokens, max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_model_len=first.model.max_model_len, seed=config.seed, device=config.device,
+            checks=config.checks, oracle=oracle,
+        )  # fmt: skip
+        report.cells = [run_cell(cell, context) for cell in CELLS]
     return report
 
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from tokenstate.contracts import CHECK_MODES, ConfigError
 from tokenstate.runtime.cli_support import factories_in, import_modules
 from tokenstate.runtime.gate import GateConfig, GateReport, run_gate
+from tokenstate.runtime.gate_matrix import CellReport
 from tokenstate.runtime.outputs import RequestOutput
 from tokenstate.runtime.progress import observe_steps
 
@@ -46,6 +47,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         help="checks mode for the run (default: TOKENSTATE_CHECKS, else boundary)",
     )
     parser.add_argument("--no-oracle", action="store_true", help="skip the HF transformers oracle")
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="run the baseline schedule only, not the schedule matrix (random order, preemption, "
+        "chunked prefill and budget skips, early stops, penalties and bad words, n-gram drafts)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
 
 
@@ -59,6 +65,7 @@ def gate_config(args: argparse.Namespace) -> GateConfig:
         device=args.device,
         checks=args.checks,
         oracle=not args.no_oracle,
+        quick=args.quick,
     )
 
 
@@ -126,6 +133,8 @@ def render_gate(reports: list[GateReport], console: Console) -> None:
             "[green]pass[/]" if r.passed else "[red]FAIL[/]",
         )
     console.print(table)
+    if any(r.cells for r in reports):
+        _render_cells(reports, console)
     for r in reports:
         for path, error in r.errors.items():
             console.print(f"[red]{r.model}, {path} path raised[/] {error}")
@@ -136,6 +145,51 @@ def render_gate(reports: list[GateReport], console: Console) -> None:
                         f"[red]{r.model}[/] request {i} (prompt {r.prompt_lens[i]} tokens), {comparison}: "
                         f"{result.matched}/{result.total}; first divergence {result.divergence.describe()}"
                     )
+
+
+def _cell_tokens(cell: CellReport) -> str:
+    parts = []
+    for comparison, (matched, total) in cell.totals().items():
+        colour = "green" if matched == total else "red"
+        parts.append(f"{comparison.replace(' vs ', '/')} [{colour}]{matched}/{total}[/]")
+    return ", ".join(parts) or "—"
+
+
+def _render_cells(reports: list[GateReport], console: Console) -> None:
+    """The schedule matrix: per model and cell, the tokens matched and the conditions reached."""
+    table = Table(title="schedule matrix (each cell proves its condition was reached)", title_justify="left")
+    for column in ("model", "cell", "tokens matched", "conditions reached", "result"):
+        table.add_column(column)
+    for r in reports:
+        for cell in r.cells:
+            if cell.skipped:
+                table.add_row(r.model, cell.name, "—", cell.skipped, "[yellow]skipped[/]")
+                continue
+            conditions = ", ".join(
+                f"[{'green' if c.reached else 'red'}]{c.describe()}[/]" for c in cell.conditions
+            ) or ("—" if not cell.errors else "[red]raised[/]")
+            table.add_row(
+                r.model, cell.name, _cell_tokens(cell), conditions,
+                "[green]pass[/]" if cell.passed else "[red]FAIL[/]",
+            )
+    console.print(table)
+    for r in reports:
+        for cell in r.cells:
+            for path, error in cell.errors.items():
+                console.print(f"[red]{r.model}, cell {cell.name!r}, {path} path raised[/] {error}")
+            for c in cell.conditions:
+                if not c.reached:
+                    console.print(
+                        f"[red]{r.model}, cell {cell.name!r}: condition not reached[/] — {c.describe()}, "
+                        f"needed {c.needed}"
+                    )
+            for i, row in enumerate(cell.requests):
+                for comparison, result in row.items():
+                    if result.divergence is not None:
+                        console.print(
+                            f"[red]{r.model}[/] cell {cell.name!r} request {i}, {comparison}: "
+                            f"{result.matched}/{result.total}; first divergence {result.divergence.describe()}"
+                        )
 
 
 def run_gate_command(args: argparse.Namespace) -> int:

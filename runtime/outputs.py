@@ -92,6 +92,12 @@ class EngineStats:
         drafts_proposed: speculative draft tokens scheduled for verification.
         drafts_accepted: drafts the target model confirmed (each one emitted a token for free).
         drafts_rejected: drafts it refused (their positions are recomputed later).
+        slot_reuses: admissions to a slot that an earlier request (or an earlier admission of the
+            same request) had held: the slot's per-request state had to be reseeded.
+        preempted_in_flight: preemptions of a request with a token (or drafts) still in flight.
+        preempted_awaiting_drafts: ... of those, preemptions while its drafts were being verified.
+        slots_handed_over_in_flight: admissions to a slot whose previous owner was preempted and
+            still had a token in flight: that token resolves after the slot has a new owner.
     """
 
     async_steps: int = 0
@@ -105,6 +111,10 @@ class EngineStats:
     drafts_proposed: int = 0
     drafts_accepted: int = 0
     drafts_rejected: int = 0
+    slot_reuses: int = 0
+    preempted_in_flight: int = 0
+    preempted_awaiting_drafts: int = 0
+    slots_handed_over_in_flight: int = 0
 
     @property
     def total_steps(self) -> int:

@@ -84,6 +84,8 @@ class Scheduler:
         self.running: list[Request] = []  # by arrival (priority)
         self._free_slots = list(range(max_num_seqs))  # a heap: the lowest free slot is reused first
         self._num_arrivals = 0
+        self._used_slots: set[int] = set()  # slots some admission has held (for slot_reuses)
+        self._lost_in_flight: dict[int, Request] = {}  # slot -> request preempted with tokens in flight
 
     def add(self, request: Request) -> None:
         request.arrival = self._num_arrivals
@@ -159,6 +161,12 @@ class Scheduler:
     def _admit(self, req: Request) -> None:
         """Seed a request's slot state: it re-prefills everything the host knows about it."""
         req.slot = heapq.heappop(self._free_slots)
+        if req.slot in self._used_slots:
+            self.stats.slot_reuses += 1
+        self._used_slots.add(req.slot)
+        previous = self._lost_in_flight.pop(req.slot, None)
+        if previous is not None and previous is not req and previous.num_inflight:
+            self.stats.slots_handed_over_in_flight += 1
         req.prefill_len = req.num_known
         req.num_computed = 0
         req.admissions += 1
@@ -212,6 +220,10 @@ class Scheduler:
         """Free a running request's slot and KV; it waits (by priority) to re-prefill everything."""
         self.running.remove(req)
         heapq.heappush(self._free_slots, req.slot)
+        if req.num_inflight:
+            self.stats.preempted_in_flight += 1
+            self.stats.preempted_awaiting_drafts += req.awaiting_drafts
+            self._lost_in_flight[req.slot] = req
         req.slot = -1
         req.num_computed = 0
         bisect.insort(self.waiting, req, key=lambda r: r.arrival)

@@ -8,7 +8,7 @@ request got. Steps are counted by the driver: an arrival at step ``s`` is added 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tokenstate.contracts import ConfigError, TokenStateError
@@ -29,9 +29,15 @@ class Arrival:
 
 
 def run_workload(
-    llm: LLM, arrivals: Sequence[Arrival], *, max_steps: int = 100_000
+    llm: LLM,
+    arrivals: Sequence[Arrival],
+    *,
+    max_steps: int = 100_000,
+    after_step: Callable[[LLM], None] | None = None,
 ) -> list[RequestOutput]:
     """Replay ``arrivals`` on ``llm``; returns each arrival's output, in the order given.
+
+    ``after_step(llm)`` runs after every engine step (the gate audits the engine's state there).
 
     Raises:
         ConfigError: the engine still has unfinished requests of its own.
@@ -57,6 +63,8 @@ def run_workload(
             if index in outputs:
                 raise TokenStateError(f"run_workload: request {out.request_id} was returned twice.")
             outputs[index] = out
+        if after_step is not None:
+            after_step(llm)
         step += 1
         if step > max_steps:
             raise TokenStateError(

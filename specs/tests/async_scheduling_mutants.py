@@ -115,3 +115,143 @@ def reused_slot_keeps_history(patch: MutantPatch) -> None:
         self.history.copy_(kept)
 
     patch.setattr(DeviceMirror, "_reseed", reseed_keeping_history)
+
+
+@mutant(
+    "ASY-8/record-into-lost-slot",
+    doc="The host records every kept token into the slot its row was scheduled in, also when the "
+    "request lost that slot meanwhile (preempted while the token was in flight): the late token "
+    "lands in the host token table of the slot's next owner.",
+)
+def record_into_lost_slot(patch: MutantPatch) -> None:
+    from tokenstate.runtime.scheduler import Scheduler, StepUpdate
+
+    update = Scheduler.update
+
+    def recording_every_kept(self: Scheduler, *args: Any, **kwargs: Any) -> StepUpdate:
+        result = update(self, *args, **kwargs)
+        return StepUpdate(result.finished, result.kept, result.kept.copy())
+
+    patch.setattr(Scheduler, "update", recording_every_kept)
+
+
+@mutant(
+    "ASY-9/fallback-feeds-drafts-known-at-scheduling",
+    doc="A fallback step feeds the drafts the host knew when it scheduled the step, not the ones it "
+    "learns at the step's own sync point: the previous step's drafts, proposed on the device, are "
+    "not known yet when the next step is scheduled.",
+)
+def fallback_feeds_drafts_known_at_scheduling(patch: MutantPatch) -> None:
+    from tokenstate.runtime.scheduler import Scheduler
+
+    runner_module = importlib.import_module("tokenstate.runtime.runner")
+    schedule, refresh = Scheduler.schedule, runner_module.refresh_inputs
+    known: dict[int, tuple[int, ...]] = {}
+
+    def schedule_noting_drafts(self: Scheduler) -> Any:
+        batch = schedule(self)
+        known.update({id(row.request): row.request.host_drafts for row in batch.rows})
+        return batch
+
+    def refresh_with_scheduled_drafts(prepared: Any, table: Any, batch: Any) -> Any:
+        learnt = [(row.request, row.request.host_drafts) for row in batch.rows]
+        for req, _ in learnt:
+            req.host_drafts = known.get(id(req), ())
+        try:
+            return refresh(prepared, table, batch)
+        finally:
+            for req, drafts in learnt:
+                req.host_drafts = drafts
+
+    patch.setattr(Scheduler, "schedule", schedule_noting_drafts)
+    patch.setattr(runner_module, "refresh_inputs", refresh_with_scheduled_drafts)
+
+
+@mutant(
+    "ASY-10/bad-words-read-host-table",
+    doc="Bad-word matching reads the host token table (placeholders read as token 0) while the "
+    "penalties keep reading the device history: on the async path a word whose prefix is the "
+    "newest token never matches, so its last token is not banned.",
+)
+def bad_words_read_host_table(patch: MutantPatch) -> None:
+    runner_module = importlib.import_module("tokenstate.runtime.runner")
+    model_runner = runner_module.ModelRunner
+    ban, launch = runner_module.ban_bad_words, model_runner.launch
+    # What the host's table held when it launched the step (the device work may run later, on the
+    # stream, after the host has learnt more): the view a host-side consumer really reads.
+    at_launch: dict[int, torch.Tensor] = {}
+
+    def launch_noting_table(self: Any, batch: Any, prepared: Any) -> Any:
+        at_launch[id(batch)] = torch.from_numpy(self.table.ids.copy()).clamp(min=0)
+        return launch(self, batch, prepared)
+
+    def process_with_host_table(self: Any, batch: Any, prepared: Any, dev: Any, logits: torch.Tensor,
+                                history: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        host = at_launch.pop(id(batch), None)
+        with _bad_words_history(runner_module, ban, None if host is None else host.to(history.device)):
+            return process(self, batch, prepared, dev, logits, history)
+
+    process = model_runner._process_logits
+    patch.setattr(model_runner, "launch", launch_noting_table)
+    patch.setattr(model_runner, "_process_logits", process_with_host_table)
+
+
+class _bad_words_history:
+    """Within the block, ``ban_bad_words`` matches against ``history`` instead of its argument."""
+
+    def __init__(self, module: Any, ban: Any, history: torch.Tensor | None) -> None:
+        self.module, self.ban, self.history = module, ban, history
+
+    def __enter__(self) -> None:
+        if self.history is not None:
+            history, ban = self.history, self.ban
+            self.module.ban_bad_words = lambda logits, _history, plan: ban(logits, history, plan)
+
+    def __exit__(self, *exc: object) -> None:
+        self.module.ban_bad_words = self.ban
+
+
+@mutant(
+    "ASY-11/rollback-after-preemption",
+    doc="Resolving a row with drafts rolls the rejected drafts back from the request's num_computed "
+    "even when the request lost its slot in between (preempted, num_computed already reset to 0).",
+)
+def rollback_after_preemption(patch: MutantPatch) -> None:
+    from tokenstate.runtime.scheduler import Scheduler
+
+    update = Scheduler.update
+
+    def rolling_back_lost_rows(self: Scheduler, batch: Any, sampled: Any, **kwargs: Any) -> Any:
+        counts = kwargs.get("num_sampled")
+        emitted = iter([1] * len(batch.sampling_rows) if counts is None else counts.tolist())
+        result = update(self, batch, sampled, **kwargs)
+        for row in batch.sampling_rows:
+            accepted = next(emitted) - 1
+            req = row.request
+            if row.num_drafts and not (req.admissions == row.admission and req.slot == row.slot):
+                req.num_computed -= row.num_drafts - accepted
+        return result
+
+    patch.setattr(Scheduler, "update", rolling_back_lost_rows)
+
+
+@mutant(
+    "ASY-12/no-stall-detection",
+    doc="The engine loop no longer reports its steps to the progress watchdog: a livelocked engine "
+    "spins until an external timeout kills it.",
+)
+def no_stall_detection(patch: MutantPatch) -> None:
+    from tokenstate.runtime.watchdog import ProgressWatchdog
+
+    patch.setattr(ProgressWatchdog, "after_step", lambda self, unfinished, num_finished: None)
+
+
+@mutant(
+    "ASY-13/recurrent-drafts-not-rolled-back",
+    doc="Recurrent layers checkpoint their state after each draft position but never restore it: "
+    "the conv/SSM (Mamba2) and conv/delta-rule (KDA) state keeps the rejected drafts folded in.",
+)
+def recurrent_drafts_not_rolled_back(patch: MutantPatch) -> None:
+    from tokenstate.models.draft_checkpoints import StateCheckpoints
+
+    patch.setattr(StateCheckpoints, "restore", lambda self, plan, states: None)

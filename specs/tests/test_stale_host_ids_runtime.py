@@ -149,7 +149,7 @@ def test_token_gate_matches_the_oracle():
     from tokenstate.runtime.gate import GateConfig, run_gate
 
     # Short requests, but still mixed: a chunked prefill, slot reuse, prefills beside decodes.
-    config = GateConfig(num_requests=5, max_tokens=6, max_num_seqs=2, max_num_batched_tokens=16)
+    config = GateConfig(num_requests=5, max_tokens=6, max_num_seqs=2, max_num_batched_tokens=16, quick=True)
     for model in ("tiny-llama", "tiny-nemotron-h", "tiny-kimi-linear"):
         report = run_gate(model, config)
         assert report.comparisons == ["async vs sync", "sync vs oracle", "async vs oracle"]

@@ -146,7 +146,7 @@ def test_device_ids_are_embedded_through_the_scope(make_input):
 
 def test_factory_declares_honoured_ids_and_builds_preset_deterministically():
     assert NEMOTRON_H_FACTORY.honors_device_token_ids is True
-    assert NEMOTRON_H_FACTORY.supports_speculative is False
+    assert NEMOTRON_H_FACTORY.supports_speculative is True  # recurrent state rolls back by checkpoint
     a = NEMOTRON_H_FACTORY.build_preset("tiny-nemotron-h")
     b = NEMOTRON_H_FACTORY.build_preset("tiny-nemotron-h")
     assert a.vocab_size == VOCAB and a.max_model_len >= 512 and a.eos_token_id == 2

@@ -57,10 +57,11 @@ def test_bad_engine_settings_are_refused(kw, match):
 
 
 def test_speculative_refused_by_name_for_a_model_that_cannot_roll_back():
-    import tokenstate.models  # noqa: F401  (registers the reference models)
+    import dataclasses
 
-    with pytest.raises(ConfigError, match=r"model 'nemotron-h' does not support speculative.*supports_speculative=False"):
-        LLM("tiny-nemotron-h", speculative={"method": "ngram", "num_tokens": 2})
+    cannot = dataclasses.replace(toy_factory("NoRollback"), supports_speculative=False)
+    with pytest.raises(ConfigError, match=r"model 'NoRollback' does not support speculative.*supports_speculative=False"):
+        LLM(cannot, speculative={"method": "ngram", "num_tokens": 2})
 
 
 def test_a_request_the_kv_budget_can_never_hold_is_refused():
