@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE))
 
 from _measure import print_table, row  # noqa: E402
 
-from tokenstate.contracts.checker import (  # noqa: E402
+from tokenstate.checker import (  # noqa: E402
     CheckerConfig,
     EntryTarget,
     Verdict,
@@ -161,9 +161,9 @@ def generate(root: Path, count: int, per_module: int = 20) -> list[EntryTarget]:
 
 def registry_targets() -> tuple[list[EntryTarget], list[str]]:
     """Targets (and source files) of every reference model and the three toy forwards."""
+    from tokenstate.models.toy import toy_factory
     from tokenstate.runtime.registry import ModelFactory
-    from tokenstate.runtime.routing_check import target_of
-    from tokenstate.runtime.testing import toy_factory
+    from tokenstate.tools.routing_check import target_of
 
     factories = [toy_factory(f"Toy{kind}", embed=kind) for kind in ("device", "host", "raw")]
     for name in REFERENCE_MODULES:

@@ -35,7 +35,7 @@ from site_specs import (
 )
 
 from tokenstate.contracts import ContractDefinitionError
-from tokenstate.contracts.ledger import Spec
+from tokenstate.ledger import Spec
 
 LEDGER_ENV = "TOKENSTATE_DOCS_LEDGER"
 SPECS_NAV_TITLE = "Specs"
@@ -134,7 +134,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
             File.generated(config, _spec_page(spec), content=render_spec_page(spec, ledger, root))
         )
 
-    from tokenstate.runtime.cli import build_parser
+    from tokenstate.tools.cli import build_parser
 
     files.append(
         File.generated(config, "reference/cli.md", content=render_cli_page(build_parser()))

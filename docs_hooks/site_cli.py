@@ -1,4 +1,4 @@
-"""The CLI reference page, generated from ``tokenstate.runtime.cli.build_parser()`` at build time.
+"""The CLI reference page, generated from ``tokenstate.tools.cli.build_parser()`` at build time.
 
 Whatever subcommands the parser has when the site is built are the ones documented, so the page
 cannot drift from the command line. argparse keeps its actions in private attributes; reading them

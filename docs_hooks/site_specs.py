@@ -1,7 +1,7 @@
 """Spec pages rendered from ``specs/*.md`` and the ledger JSON, at build time.
 
 The spec documents decide which items exist and whether each is owed or paid (parsed by
-``tokenstate.contracts.ledger``, the same parser the pytest plugin uses); the ledger adds what the
+``tokenstate.ledger``, the same parser the pytest plugin uses); the ledger adds what the
 last test run proved. An item the ledger has never seen — a fresh clone, a docs build before the
 tests, an item added since the last run — shows "not run yet": the docs build never runs the test
 suite itself (the suite builds the docs, and a build that ran pytest would recurse).
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
-from tokenstate.contracts.ledger import Ledger, LedgerEntry, Spec, SpecItem, load_specs
+from tokenstate.ledger import Ledger, LedgerEntry, Spec, SpecItem, load_specs
 
 __all__ = [
     "ItemStatus",

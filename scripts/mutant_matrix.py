@@ -43,7 +43,7 @@ ENV_VAR = "TOKENSTATE_MUTANT"
 TESTS = ["tests/runtime", "tests/models", "specs"]
 # Tests that run the gate itself (its CLI, its matrix) would count verify's catches as the tests':
 # column (a) is the test suite without them.
-NOT_TESTS = ["tests/runtime/test_cli.py", "tests/runtime/test_gate_matrix.py"]
+NOT_TESTS = ["tests/tools/test_cli.py", "tests/tools/test_gate_matrix.py"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -477,7 +477,7 @@ def _spec_mutant(name: str) -> Callable[[Any], None]:
 
 
 def apply_mutant(name: str) -> Any:
-    from tokenstate.contracts.ledger import MutantPatch
+    from tokenstate.ledger import MutantPatch
 
     patch = MutantPatch(name)
     MUTANTS[name].apply(patch)
@@ -505,7 +505,7 @@ def _gate_verdicts(name: str) -> dict[str, Any]:
     ``quick`` (the baseline failed) and ``full`` (the baseline or a matrix cell failed).
     """
     import tokenstate.models  # noqa: F401
-    from tokenstate.runtime.gate import GateConfig, run_gate
+    from tokenstate.tools.gate import GateConfig, run_gate
 
     apply_mutant(name)
     quick = {"caught": False, "notes": []}

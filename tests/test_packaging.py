@@ -14,7 +14,7 @@ import venv
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FOLDERS = {"contracts": "tokenstate.contracts", "runtime": "tokenstate.runtime", "models": "tokenstate.models"}
+FOLDERS = {"contracts": "tokenstate.contracts", "runtime": "tokenstate.runtime", "models": "tokenstate.models", "tools": "tokenstate.tools", "checker": "tokenstate.checker", "ledger": "tokenstate.ledger"}
 
 
 def test_every_subpackage_is_listed_in_pyproject():

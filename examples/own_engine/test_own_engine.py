@@ -53,7 +53,7 @@ def test_engine_catches_a_forward_that_embeds_stale_host_ids():
 
 
 def test_routing_checker_flags_the_buggy_forward_statically():
-    from tokenstate.contracts.checker import EntryTarget, check_entry_points
+    from tokenstate.checker import EntryTarget, check_entry_points
 
     report = check_entry_points(
         [

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tokenstate.contracts import TokenStateError
+from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, SamplingParams
-from tokenstate.runtime.testing import toy_factory
 
 FACTORY = toy_factory("ChaosToyLM", vocab_size=64, eos_token_id=None)
 ENGINE = {"max_num_seqs": 4, "max_num_batched_tokens": 12}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from tokenstate.contracts.ledger import MutantPatch, mutant
+from tokenstate.ledger import MutantPatch, mutant
 
 
 @mutant(
@@ -25,7 +25,7 @@ def engine_unlocked(patch: MutantPatch) -> None:
     "records the refusal as a model failure and check never reads it.",
 )
 def checks_mode_read_late(patch: MutantPatch) -> None:
-    import tokenstate.runtime.cli as cli
+    import tokenstate.tools.cli as cli
 
     patch.setattr(cli, "get_checks_mode", lambda: "boundary")
 
@@ -49,7 +49,7 @@ def cwd_not_importable(patch: MutantPatch) -> None:
                 raise ConfigError(f"--module {name}: cannot import it ({exc}).") from exc
 
     patch.setattr(support, "import_modules", import_only)
-    for module in ("tokenstate.runtime.routing_check", "tokenstate.runtime.gate_cli"):
+    for module in ("tokenstate.tools.routing_check", "tokenstate.tools.gate_cli"):
         patch.setattr(sys.modules[module], "import_modules", import_only)
 
 
@@ -58,6 +58,6 @@ def cwd_not_importable(patch: MutantPatch) -> None:
     doc="The gate assertion fails only on a contract error a path raised, not on tokens that differ.",
 )
 def divergence_not_a_failure(patch: MutantPatch) -> None:
-    from tokenstate.runtime.gate import GateReport
+    from tokenstate.tools.gate import GateReport
 
     patch.setattr(GateReport, "passed", property(lambda self: not self.errors))

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from tokenstate.contracts.ledger import MutantPatch, mutant
+from tokenstate.ledger import MutantPatch, mutant
 
 
 @mutant(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenstate.contracts.ledger import MutantPatch, mutant
+from tokenstate.ledger import MutantPatch, mutant
 
 
 @mutant(

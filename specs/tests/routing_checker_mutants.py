@@ -5,16 +5,16 @@ from __future__ import annotations
 import ast
 import dataclasses
 
-import tokenstate.contracts.checker.calls as calls_module
-import tokenstate.contracts.checker.evaluate as evaluate_module
-import tokenstate.contracts.checker.externals as externals_module
+import tokenstate.checker.calls as calls_module
+import tokenstate.checker.evaluate as evaluate_module
+import tokenstate.checker.externals as externals_module
 import tokenstate.contracts.forward_input as forward_input_module
 import tokenstate.contracts.tokens as tokens_module
-from tokenstate.contracts.checker.engine import Analyzer
-from tokenstate.contracts.checker.frame import Frame
-from tokenstate.contracts.checker.guards import Facts
-from tokenstate.contracts.checker.values import OPAQUE, Bound, ClassRef, External, MapV, Tokens
-from tokenstate.contracts.ledger import MutantPatch, mutant
+from tokenstate.checker.engine import Analyzer
+from tokenstate.checker.frame import Frame
+from tokenstate.checker.guards import Facts
+from tokenstate.checker.values import OPAQUE, Bound, ClassRef, External, MapV, Tokens
+from tokenstate.ledger import MutantPatch, mutant
 
 
 @mutant(

@@ -15,7 +15,7 @@ the host buffer holds placeholders. :func:`run_async` says what happened:
 The zoo's older cases were written for the checker only (toy modules without the runner's model
 interface): :func:`servable` gives each built model the interface the runner needs (vocabulary from
 the forward's output width on a fresh probe step, no per-slot state) and seeded weights, without
-touching what the checker analyses. The zoo lives in ``tests/contracts/checker/zoo``; the zoo's
+touching what the checker analyses. The zoo lives in ``tests/checker/zoo``; the zoo's
 package is put on ``sys.path`` only while :func:`zoo_on_path` is open.
 """
 
@@ -41,7 +41,7 @@ from tokenstate.contracts import (
     entry_point,
 )
 
-ZOO_ROOT = Path(__file__).resolve().parents[2] / "tests" / "contracts" / "checker" / "zoo"
+ZOO_ROOT = Path(__file__).resolve().parents[2] / "tests" / "checker" / "zoo"
 PROMPTS = [[1, 5, 9, 3], [2, 7], [11, 4, 6, 8, 9, 12]]  # reduced modulo each model's vocabulary
 MAX_TOKENS = 5
 # Constructor arguments of the older zoo's model classes (the issue-13 ones take a config dict).

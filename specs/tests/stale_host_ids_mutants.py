@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import tokenstate.contracts.predicate as predicate_module
 from tokenstate.contracts import DeviceTokens, ForwardInput, HostTokens
-from tokenstate.contracts.ledger import MutantPatch, mutant
+from tokenstate.ledger import MutantPatch, mutant
 
 
 @mutant(
@@ -194,7 +194,7 @@ def async_branch_cuda_only(patch: MutantPatch) -> None:
     "forwards that delegate to a shared block or a scope consumer lose their routes.",
 )
 def delegation_blind(patch: MutantPatch) -> None:
-    from tokenstate.contracts.checker.engine import Analyzer
+    from tokenstate.checker.engine import Analyzer
 
     invoke = Analyzer.invoke
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from tokenstate.contracts import set_checks_mode
+from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, SamplingParams, registry
-from tokenstate.runtime.cli import main
-from tokenstate.runtime.testing import toy_factory
 from tokenstate.testing import assert_async_equals_sync
+from tokenstate.tools.cli import main
 
 from .adoption_mutants import (
     checks_mode_read_late,
@@ -21,7 +21,7 @@ from .adoption_mutants import (
     engine_unlocked,
 )
 
-BROKEN_PLUGIN = Path(__file__).resolve().parents[2] / "tests" / "runtime" / "plugins" / "broken_lm_plugin.py"
+BROKEN_PLUGIN = Path(__file__).resolve().parents[2] / "tests" / "tools" / "plugins" / "broken_lm_plugin.py"
 
 
 @pytest.mark.paid("ADO-1", before=engine_unlocked)

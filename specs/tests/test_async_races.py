@@ -8,10 +8,10 @@ import dataclasses
 import numpy as np
 import pytest
 
+from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, SamplingParams
 from tokenstate.runtime.request import Request
 from tokenstate.runtime.scheduler import Scheduler
-from tokenstate.runtime.testing import toy_factory
 from tokenstate.runtime.watchdog import EngineStalledError
 
 from .async_scheduling_mutants import (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, SamplingParams
-from tokenstate.runtime.testing import toy_factory
 from tokenstate.runtime.workload import Arrival, run_workload
 
 from .async_scheduling_mutants import (

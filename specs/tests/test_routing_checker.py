@@ -1,7 +1,7 @@
 """Items of specs/routing-checker.md: the checker over the zoo's issue-13 idioms, and the type states.
 
 Each checker item runs the checker over the zoo module that shows its idiom (honouring and ignoring
-variants, tests/contracts/checker/zoo) and demands every expected verdict; its mutant reverts the one
+variants, tests/checker/zoo) and demands every expected verdict; its mutant reverts the one
 rule, and the same test then reports a mismatch.
 """
 
@@ -16,6 +16,7 @@ from types import ModuleType
 import pytest
 import torch
 
+from tokenstate.checker import CheckerConfig, EntryTarget, Verdict, check_entry_points
 from tokenstate.contracts import (
     PLACEHOLDER,
     BatchLayout,
@@ -25,7 +26,6 @@ from tokenstate.contracts import (
     HostTokens,
     checks_mode,
 )
-from tokenstate.contracts.checker import CheckerConfig, EntryTarget, Verdict, check_entry_points
 
 from .routing_checker_mutants import (
     annotation_over_build,
@@ -46,7 +46,7 @@ from .routing_checker_mutants import (
 )
 from .routing_checker_runtime import run_async, watch_placeholder_reads, zoo_on_path
 
-ZOO_ROOT = Path(__file__).resolve().parents[2] / "tests" / "contracts" / "checker" / "zoo"
+ZOO_ROOT = Path(__file__).resolve().parents[2] / "tests" / "checker" / "zoo"
 
 
 @functools.cache

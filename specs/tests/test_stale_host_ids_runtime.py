@@ -29,7 +29,7 @@ PROMPTS = [[1, 17, 33, 5, 9], [1, 100, 4]]  # token ids inside the toy vocabular
 
 def host_only_toy():
     """A toy model whose forward embeds host ids (the original bug) and did not opt in."""
-    from tokenstate.runtime.testing import toy_factory
+    from tokenstate.models.toy import toy_factory
 
     return toy_factory("SpecHostOnlyToy", honors=False, embed="host")
 
@@ -109,7 +109,7 @@ def test_predicate_pinned_between_kernel_and_twin(monkeypatch):
 
 @pytest.mark.paid("SHI-11", before=async_branch_cuda_only)
 def test_async_branch_reachable_on_cpu():
-    from tokenstate.runtime.testing import toy_factory
+    from tokenstate.models.toy import toy_factory
 
     honoring = toy_factory("SpecHonoringToy", honors=True, embed="device")
     async_tokens, stats = generate(honoring, async_scheduling=True, device="cpu")
@@ -123,10 +123,10 @@ REFERENCE_ARCHITECTURES = ("LlamaForCausalLM", "NemotronHForCausalLM", "KimiLine
 
 @pytest.mark.paid("SHI-12", before=delegation_blind)
 def test_checker_verdicts_through_delegation():
-    from tokenstate.contracts.checker import Verdict
+    from tokenstate.checker import Verdict
+    from tokenstate.models.toy import toy_factory
     from tokenstate.runtime import registry
-    from tokenstate.runtime.routing_check import check_registry
-    from tokenstate.runtime.testing import toy_factory
+    from tokenstate.tools.routing_check import check_registry
 
     # Declares the opt-in but embeds host ids: the checker must see it although the flag says honors.
     liar = toy_factory("SpecCheckerLiar", honors=True, embed="host")
@@ -141,12 +141,12 @@ def test_checker_verdicts_through_delegation():
         assert results[factory.name].finding is None
     flagged = results[liar.name]
     assert flagged.verdict is Verdict.IGNORES and flagged.finding is not None
-    assert any("testing.py:" in route.render() for route in flagged.routes)
+    assert any("toy.py:" in route.render() for route in flagged.routes)
 
 
 @pytest.mark.paid("SHI-13", before=async_splices_wrong_token)
 def test_token_gate_matches_the_oracle():
-    from tokenstate.runtime.gate import GateConfig, run_gate
+    from tokenstate.tools.gate import GateConfig, run_gate
 
     # Short requests, but still mixed: a chunked prefill, slot reuse, prefills beside decodes.
     config = GateConfig(num_requests=5, max_tokens=6, max_num_seqs=2, max_num_batched_tokens=16, quick=True)
@@ -158,7 +158,7 @@ def test_token_gate_matches_the_oracle():
 
 @pytest.mark.owed("SHI-14")
 def test_async_path_on_cuda():
-    from tokenstate.runtime.gate import GateConfig, run_gate
+    from tokenstate.tools.gate import GateConfig, run_gate
 
     assert torch.cuda.is_available(), "no CUDA device: the CUDA async path has never run here"
     config = GateConfig(num_requests=5, max_tokens=6, max_num_seqs=2, max_num_batched_tokens=16, device="cuda")

@@ -1,5 +1,5 @@
 """``python -m tokenstate`` — the same CLI as the ``tokenstate`` command."""
 
-from tokenstate.runtime.cli import main
+from tokenstate.tools.cli import main
 
 raise SystemExit(main())

@@ -28,7 +28,7 @@ CHECKS_PACKAGE_OPTION = "--tokenstate-checks-package"
 # Left to their own checks: modules of registered forwards (an ``@entry_point`` already checks every
 # call, and beartype would replace the EntryPoint wrapper by a plain function), and the routing
 # checker, whose mixins annotate ``self`` with the engine class for static analysis only.
-CLAW_SKIPPED = ("tokenstate.models", "tokenstate.runtime.testing", "tokenstate.contracts.checker")
+CLAW_SKIPPED = ("tokenstate.models", "tokenstate.models.toy", "tokenstate.checker")
 LEDGER_OPTION = "--tokenstate-ledger"
 _CLAW_KEY = pytest.StashKey[tuple[str, ...]]()  # the packages beartype's hook covers in this run
 
@@ -178,7 +178,7 @@ def pytest_configure(config: pytest.Config) -> None:
     named = config.getoption("tokenstate_checks_package")
     if config.getoption("tokenstate_checks") or named:
         _install_checks_hook(config, named)
-    from tokenstate.contracts.ledger.plugin import LedgerPlugin
+    from tokenstate.ledger.plugin import LedgerPlugin
 
     ledger_option = config.getoption("tokenstate_ledger")
     ledger_path = (

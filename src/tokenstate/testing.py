@@ -83,7 +83,7 @@ def assert_async_equals_sync(
                 "generate; the built-in request set is for registered models."
             )
         return _assert_engine(model, prompts)
-    from tokenstate.runtime.gate import GateConfig, run_gate
+    from tokenstate.tools.gate import GateConfig, run_gate
 
     config = GateConfig(
         num_requests=num_requests if prompts is None else len(prompts),

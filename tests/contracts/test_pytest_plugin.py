@@ -26,7 +26,7 @@ The guard refuses negative numbers.
 TESTS = """\
 import math
 import pytest
-from tokenstate.contracts.ledger import mutant
+from tokenstate.ledger import mutant
 
 
 class Guard:
@@ -241,7 +241,7 @@ import pytest
 from beartype.roar import BeartypeCallHintViolation
 
 def test_mistyped_call():
-    from tokenstate.contracts.ledger.ledger import worst_result
+    from tokenstate.ledger.ledger import worst_result
     {body}
 """
 

@@ -21,7 +21,7 @@ def _ledger_snapshot(folder: Path) -> Path:
     one (a fresh clone), every item gets the result its state expects, so the ledger rendering path
     is still exercised end to end.
     """
-    from tokenstate.contracts.ledger import Ledger, load_specs
+    from tokenstate.ledger import Ledger, load_specs
 
     snapshot = folder / "ledger.json"
     repo_ledger = REPO / ".tokenstate" / "ledger.json"

@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from tokenstate.contracts.ledger import Ledger, parse_spec
+from tokenstate.ledger import Ledger, parse_spec
 
 SPEC = """# Example contract
 
@@ -126,7 +126,7 @@ def test_api_tree_mirrors_the_installed_layout(hooks_on_path: None) -> None:
         assert (top / "__init__.py").resolve() == (
             repo / "src" / "tokenstate" / "__init__.py"
         ).resolve()
-        for name in ("contracts", "runtime", "models"):
+        for name in ("contracts", "runtime", "models", "tools", "checker", "ledger"):
             assert (top / name).resolve() == (repo / name).resolve()
     finally:
         shutil.rmtree(tree)

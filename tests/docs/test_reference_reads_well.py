@@ -90,7 +90,7 @@ def site_cli(hooks_on_path: None) -> ModuleType:
 
 
 def test_cli_page_shows_every_default(site_cli: ModuleType) -> None:
-    from tokenstate.runtime.cli import build_parser
+    from tokenstate.tools.cli import build_parser
 
     page = site_cli.render_cli_page(build_parser())
     rows = [line for line in page.splitlines() if line.startswith("| <code>")]

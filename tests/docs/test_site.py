@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from tokenstate.contracts.ledger import Ledger, load_specs
+from tokenstate.ledger import Ledger, load_specs
 
 REPO = Path(__file__).resolve().parents[2]
 
 # Each documented package and the reference page that documents its __all__.
 REFERENCE_PAGES = {
     "tokenstate.contracts": "reference/contracts/index.html",
-    "tokenstate.contracts.ledger": "reference/ledger/index.html",
-    "tokenstate.contracts.checker": "reference/checker/index.html",
+    "tokenstate.ledger": "reference/ledger/index.html",
+    "tokenstate.checker": "reference/checker/index.html",
     "tokenstate.runtime": "reference/runtime/index.html",
     "tokenstate.runtime.kernels": "reference/kernels/index.html",
-    "tokenstate.runtime.testing": "reference/testing/index.html",
+    "tokenstate.models.toy": "reference/testing/index.html",
     "tokenstate.testing": "reference/gate-api/index.html",
     "tokenstate.models": "reference/models/index.html",
 }
@@ -96,7 +96,7 @@ def test_spec_results_come_from_the_ledger(built_site: Path, site_ledger: Path) 
 
 
 def test_cli_reference_lists_every_subcommand(built_site: Path) -> None:
-    from tokenstate.runtime.cli import build_parser
+    from tokenstate.tools.cli import build_parser
 
     page = _text(built_site / "reference" / "cli" / "index.html")
     parser = build_parser()

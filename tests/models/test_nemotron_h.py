@@ -237,7 +237,7 @@ def test_checkpoint_that_does_not_match_its_config_is_refused(tmp_path):
 
 def test_routing_checker_sees_through_the_scope():
     """Statically: the forward reaches the guarded embedding only via the scope's device ids."""
-    from tokenstate.contracts.checker import EntryTarget, Verdict, check_entry_points
+    from tokenstate.checker import EntryTarget, Verdict, check_entry_points
 
     forward = NEMOTRON_H_FACTORY.forward.__wrapped__
     target = EntryTarget(

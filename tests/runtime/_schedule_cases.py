@@ -17,9 +17,9 @@ from typing import Any
 from hypothesis import strategies as st
 
 from tokenstate.contracts import PLACEHOLDER
+from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, SamplingParams, resolve
 from tokenstate.runtime.registry import ModelFactory
-from tokenstate.runtime.testing import toy_factory
 from tokenstate.runtime.workload import Arrival, run_workload
 
 ALPHABET = st.integers(3, 14)  # small: repeats, stop ids and bad words that match
@@ -43,7 +43,7 @@ def cached_model(name: str) -> tuple[ModelFactory, Any]:
 
 @cache
 def cached_oracle(name: str) -> Any:
-    from tokenstate.runtime.oracle import HFOracle
+    from tokenstate.tools.oracle import HFOracle
 
     return HFOracle(*cached_model(name))
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tokenstate.contracts import ConfigError
+from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, CompletionOutput, SamplingParams
-from tokenstate.runtime.testing import toy_factory
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, SamplingParams
-from tokenstate.runtime.testing import toy_factory
 
 VOCAB = 128
 FACTORIES = {

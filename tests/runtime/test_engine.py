@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
+from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, Engine, EngineConfig, EngineStats, SamplingParams
 from tokenstate.runtime.scheduler import Request
-from tokenstate.runtime.testing import toy_factory
 
 PROMPTS = [(5, 6, 7), (9, 3), (11, 12, 13, 14)]
 

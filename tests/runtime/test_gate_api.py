@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from tokenstate.contracts import ConfigError, set_checks_mode
+from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import registry
-from tokenstate.runtime.gate import GateReport
-from tokenstate.runtime.testing import toy_factory
 from tokenstate.testing import assert_async_equals_sync
+from tokenstate.tools.gate import GateReport
 
-PLUGINS = Path(__file__).resolve().parent / "plugins"
+PLUGINS = Path(__file__).resolve().parents[1] / "tools" / "plugins"
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from tokenstate.contracts import ConfigError
+from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, SamplingParams
 from tokenstate.runtime.penalties import apply_penalties, ban_bad_words, plan_bad_words
 from tokenstate.runtime.spec_decode import propose_ngram
-from tokenstate.runtime.testing import toy_factory
 
 
 def test_penalties_match_a_per_token_reference():

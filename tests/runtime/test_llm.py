@@ -10,8 +10,8 @@ from jaxtyping import Float
 from torch import Tensor
 
 from tokenstate.contracts import ConfigError, ForwardInput, entry_point
+from tokenstate.models.toy import ToyLM, toy_factory, toy_forward
 from tokenstate.runtime import LLM, SamplingParams, registry
-from tokenstate.runtime.testing import ToyLM, toy_factory, toy_forward
 
 # Mixed lengths; the longest (20) exceeds the token budget used below (8), so prefill is chunked.
 PROMPTS = [

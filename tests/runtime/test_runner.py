@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tokenstate.contracts import PLACEHOLDER
+from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, SamplingParams
 from tokenstate.runtime.input_prep import prepare_inputs
 from tokenstate.runtime.scheduler import Request
-from tokenstate.runtime.testing import toy_factory
 
 
 @pytest.mark.parametrize("async_scheduling", [True, False])

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from tokenstate.contracts import PLACEHOLDER, ContractViolation, StaleHostTokensError
+from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, SamplingParams
 from tokenstate.runtime.kernels import EmbeddedBadIdsError
-from tokenstate.runtime.testing import toy_factory
 
 PROMPTS = [[4, 8, 15, 16, 23, 42], [1, 2, 3], [99, 98, 97, 96, 95, 94, 93, 92, 91, 90, 89]]
 SAMPLING = SamplingParams(max_tokens=8)

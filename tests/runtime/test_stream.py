@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from tokenstate.contracts import ConfigError
+from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, SamplingParams
 from tokenstate.runtime.stream import CHAOS_ENV, Chaos, CpuStream, chaos_from_env, stream_for
-from tokenstate.runtime.testing import toy_factory
 
 _VAR: contextvars.ContextVar[str] = contextvars.ContextVar("test_stream_var", default="unset")
 

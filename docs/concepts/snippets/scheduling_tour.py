@@ -5,8 +5,8 @@ Executed by tests/docs/test_scheduling_tour.py; the page docs/concepts/schedulin
 
 from __future__ import annotations
 
+from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, SamplingParams
-from tokenstate.runtime.testing import toy_factory
 from tokenstate.runtime.workload import Arrival, run_workload
 
 # --8<-- [start:engines]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tiny_model
 
-from tokenstate.contracts.ledger import MutantPatch, mutant
+from tokenstate.ledger import MutantPatch, mutant
 
 
 @mutant(

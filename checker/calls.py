@@ -1,0 +1,296 @@
+"""Calls: interprocedural analysis with memoised summaries, constructors, sinks and context managers.
+
+A call to analysed code is analysed in the caller's abstract context (argument values, published
+scopes, whether host ids are known fresh) and summarised once per context; the summary's events are
+re-rooted at the call site, which is how a route ``entry → … → sink`` keeps its file:line chain.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from tokenstate.checker.evaluate import element_of
+from tokenstate.checker.frame import Event, Frame, Summary
+from tokenstate.checker.resolve import decorator_names
+from tokenstate.checker.values import (
+    OPAQUE,
+    RETURNS_SELF,
+    Bound,
+    Cell,
+    ClassInfo,
+    ClassRef,
+    External,
+    Flag,
+    Func,
+    GenCM,
+    Ids,
+    Input,
+    Instance,
+    MapV,
+    Partial,
+    Seq,
+    Super,
+    Tokens,
+    Unknown,
+    Value,
+    carries_tokens,
+    has_ids,
+    join,
+    taint,
+)
+
+if TYPE_CHECKING:
+    from tokenstate.checker.engine import Analyzer
+
+__all__ = ["HOST_READ", "RAW_READ", "SPREAD", "CallMixin", "kwarg_value"]
+
+MAX_DEPTH = 64
+SPREAD = "**"
+"""Keyword name of a ``**mapping`` argument whose keys are not known constants."""
+
+HOST_READ = "reads host ids (raises StaleHostTokensError on a step with spliced rows)"
+RAW_READ = "reads the raw host buffer (PLACEHOLDER at every spliced position)"
+
+
+def kwarg_value(kwargs: tuple[tuple[str, Value], ...], names: tuple[str, ...]) -> Value | None:
+    """The argument passed by one of the keyword ``names`` (or through an unknown ``**`` spread)."""
+    found = next((v for k, v in kwargs if k in names), None)
+    return found if found is not None else next((v for k, v in kwargs if k == SPREAD), None)
+
+
+class CallMixin:
+    def decorators(self: Analyzer, func: Func) -> set[str]:
+        return decorator_names(func.info.node)
+
+    def current(self: Analyzer, frame: Frame, inst: Instance) -> Instance:
+        """``inst`` with the attributes this frame's calls have assigned on its class since construction."""
+        writes = frame.obj_writes.get(inst.info)
+        if not writes:
+            return inst
+        fields = dict(inst.fields)
+        for name, value in writes.items():
+            fields[name] = join(fields.get(name), value)
+        return Instance(inst.info, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
+
+    def sink(self: Analyzer, frame: Frame, desc: str, ids: Value, node: ast.AST) -> None:
+        if has_ids(ids) or isinstance(taint(ids), Unknown) or any(
+            isinstance(v, Unknown) for v in getattr(taint(ids), "options", ())
+        ):
+            frame.add_event(Event("sink", taint(ids), desc, (frame.hop(getattr(node, "lineno", 0)),)))
+
+    def host_read(self: Analyzer, frame: Frame, kind: str, what: str, node: ast.AST) -> Ids:
+        """Host ids read at ``node``: outside a freshness guard the read itself is a finding,
+        whatever the ids are then used for (only the embedding counting was the old blind spot)."""
+        ids = self.origin(frame, kind, what, node)
+        if kind != "host_fresh":
+            desc = RAW_READ if kind == "host_raw" else HOST_READ
+            frame.add_event(Event("sink", ids, desc, (frame.hop(getattr(node, "lineno", 0)),)))
+        return ids
+
+    def unresolved(self: Analyzer, frame: Frame, callee: Unknown, node: ast.AST) -> None:
+        frame.add_event(Event("unresolved", callee, "call", (frame.hop(getattr(node, "lineno", 0)),)))
+
+    def eval_call(self: Analyzer, frame: Frame, node: ast.Call) -> Value:
+        func = self.eval(frame, node.func)
+        args: list[Value] = []
+        for arg in node.args:
+            value = self.eval(frame, arg.value if isinstance(arg, ast.Starred) else arg)
+            if isinstance(arg, ast.Starred):
+                args += value.items if isinstance(value, Seq) and value.items is not None else [element_of(value)]
+            else:
+                args.append(value)
+        kwargs = self.keywords(frame, node.keywords)
+        if func == External("builtins.isinstance") and len(node.args) == 2:
+            return self.flag_of(frame, node) or OPAQUE
+        if func == External("builtins.bool") and args and isinstance(args[0], Flag):
+            return args[0]
+        if isinstance(func, External) and func.dotted in ("importlib.import_module", "builtins.__import__"):
+            return self.import_module(frame, func.dotted, node)
+        if func == External("builtins.getattr") and len(node.args) >= 2:
+            name = node.args[1]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                found = self.attribute(frame, args[0], name.value, node)
+                return join(found, args[2]) if len(args) > 2 and isinstance(found, Unknown) else found
+            return self.unknown(frame, "getattr() with a computed name (dynamic dispatch)", node)
+        if func == External("builtins.super"):
+            if args:
+                owner = args[0].info if isinstance(args[0], ClassRef) else None
+                receiver = args[1] if len(args) > 1 else OPAQUE
+            else:
+                owner = frame.func.owner if frame.func is not None else None
+                receiver = frame.self_value or OPAQUE
+            return Super(owner, receiver) if isinstance(owner, ClassInfo) else self.unknown(frame, "super() outside a method", node)
+        return self.call(frame, func, tuple(args), kwargs, node)
+
+    def keywords(self: Analyzer, frame: Frame, keywords: list[ast.keyword]) -> tuple[tuple[str, Value], ...]:
+        """Keyword arguments; ``**mapping`` expands to its constant keys, else to :data:`SPREAD`."""
+        out: list[tuple[str, Value]] = []
+        for kw in keywords:
+            value = self.eval(frame, kw.value)
+            if kw.arg is not None:
+                out.append((kw.arg, value))
+            elif isinstance(value, MapV) and value.items is not None and all(isinstance(k, str) for k, _ in value.items):
+                out += [(str(k), v) for k, v in value.items]
+            else:
+                out.append((SPREAD, value.values if isinstance(value, MapV) else taint(value)))
+        return tuple(out)
+
+    def call(self: Analyzer, frame: Frame, func: Value, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
+        if hasattr(func, "options"):
+            return join(*(self.call(frame, o, args, kwargs, node) for o in func.options))  # type: ignore[attr-defined]
+        if isinstance(func, Func):
+            wrapper = self.opaque_wrapper(func)
+            if wrapper is not None:
+                hidden = self.unknown(
+                    frame, f"{func.info.dotted} is wrapped by @{wrapper}, whose compiled or captured code the "
+                    "checker does not follow", node,
+                )
+                return self.call(frame, hidden, args, kwargs, node)
+            if "contextmanager" in self.decorators(func):
+                return GenCM(func, args, kwargs)
+            return self.invoke(frame, func, args, kwargs, node).ret
+        if isinstance(func, ClassRef):
+            return self.instantiate(frame, func.info, args, kwargs, node)
+        if isinstance(func, Instance):
+            return self.call_instance(frame, self.current(frame, func), args, kwargs, node)
+        if isinstance(func, Partial):
+            return self.call(frame, func.target, func.args + args, func.kwargs + kwargs, node)
+        if isinstance(func, Seq) and func.pipeline:
+            value = args[0] if args else OPAQUE
+            for item in func.items or (func.elem,):
+                value = self.call(frame, item, (value,), (), node)
+            return value
+        if isinstance(func, External):
+            return self.call_external(frame, func, args, kwargs, node)
+        if isinstance(func, Bound):
+            return self.call_bound(frame, func, args, kwargs, node)
+        if isinstance(func, Unknown) or func == OPAQUE:
+            # An unresolved callee may embed ids it is given, or read a published scope; plain
+            # data called as a function (an activation table entry...) only matters with ids.
+            with_ids = any(carries_tokens(v) for v in (*args, *(v for _, v in kwargs)))
+            if with_ids or (frame.published and isinstance(func, Unknown)):
+                callee = func if isinstance(func, Unknown) else self.unknown(
+                    frame, "calls a value the checker cannot resolve (a parameter or data, not a function)", node
+                )
+                self.unresolved(frame, callee, node)
+            return func
+        return OPAQUE
+
+    def call_instance(self: Analyzer, frame: Frame, inst: Instance, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
+        sink = self.sink_base(inst.info)
+        if sink is not None:
+            spec = self.sink_modules[sink]
+            ids = args[spec.ids_index] if len(args) > spec.ids_index else kwarg_value(kwargs, spec.ids_keywords)
+            self.sink(frame, f"{inst.info.dotted}(ids) [{sink}]", ids or OPAQUE, node)
+            return OPAQUE
+        for name in ("__call__", "forward"):
+            member = self.class_member(inst.info, name)
+            if member is not None and isinstance(member[0], Func):
+                return self.call(frame, self.bind_member(frame, member[0], inst, node), args, kwargs, node)
+        return self.call(frame, self.unknown(frame, f"{inst.info.dotted} instance is not callable", node), args, kwargs, node)
+
+    def call_bound(self: Analyzer, frame: Frame, func: Bound, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
+        base, name = func.base, func.name
+        if isinstance(base, Input) and name == "embedding_ids":
+            return self.origin(frame, "device", "inp.embedding_ids()", node)
+        if base == Tokens("host") and name == "row_ids":
+            return self.host_read(frame, "host_fresh" if frame.fresh else "host", "inp.host_tokens.row_ids()", node)
+        if base == Tokens("host") and name == "placeholder_buffer":
+            return self.host_read(frame, "host_raw", "inp.host_tokens.placeholder_buffer()", node)
+        if isinstance(base, Instance) and name in RETURNS_SELF:
+            return base
+        if isinstance(base, Cell):
+            if name in ("set", "append", "insert") and args:
+                frame.write_cell(base.name, args[-1])
+                return OPAQUE
+            if name in ("get", "pop"):
+                return self.read_cell(frame, base.name, node)
+            return OPAQUE
+        if isinstance(base, MapV):
+            if name in ("get", "pop", "setdefault"):
+                key = node.args[0] if isinstance(node, ast.Call) and node.args else None
+                found = base.lookup(key.value) if isinstance(key, ast.Constant) else base.values
+                return join(found, *args[1:]) if len(args) > 1 else found
+            if name == "items":
+                return Seq(None, Seq((OPAQUE, base.values), base.values))
+            return Seq(None, base.values)
+        if isinstance(base, Seq):
+            return element_of(base) if name == "pop" else OPAQUE
+        gather = dict(self.config.gather_methods).get(name)
+        if gather is not None and not isinstance(base, Ids):
+            ids = args[gather] if len(args) > gather else kwarg_value(kwargs, ("index",))
+            if ids is not None and has_ids(ids):
+                self.sink(frame, f"table.{name}(ids) gather", ids, node)
+                return OPAQUE
+        return join(taint(base), *(taint(v) for v in (*args, *(v for _, v in kwargs))))
+
+    # ---- analysed functions and classes --------------------------------------------------------
+
+    def invoke(self: Analyzer, frame: Frame, func: Func, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST, *, enter: bool = False) -> Summary:
+        if frame.depth >= MAX_DEPTH:
+            reason = f"call chain deeper than {MAX_DEPTH} at {func.info.dotted}"
+            return Summary(self.unknown(frame, reason, node), (), (), (), None, None)
+        key = (func, args, kwargs, frozenset(frame.published.items()), frame.fresh)
+        summary = self.memo.get(key)
+        if summary is None:
+            if key in self.in_progress:  # recursion: the outer analysis of this context covers it
+                return Summary(OPAQUE, (), (), (), None, None)
+            self.in_progress.add(key)
+            try:
+                summary = self.analyse(func, args, kwargs, frame.published, frame.fresh, frame.depth + 1)
+            finally:
+                self.in_progress.discard(key)
+            self.memo[key] = summary
+        call_hop = frame.hop(getattr(node, "lineno", 0))
+        for event in summary.events:
+            frame.add_event(Event(event.kind, event.ids, event.sink, (call_hop, *event.hops)))
+        for cell, value in (summary.yield_writes or ()) if enter else summary.writes:
+            frame.write_cell(cell, value)
+        for info, writes in summary.obj_writes:
+            frame.record_writes(info, writes)
+        if func.bound is not None and (func.bound == frame.self_value or func.bound in frame.self_aliases):
+            for name, value in summary.self_writes:
+                frame.self_writes[name] = join(frame.self_writes.get(name), value)
+        elif isinstance(func.bound, Instance) and not func.info.qualname.endswith(".__init__"):
+            # `model.prepare(inp)` then `model.run()`: what prepare assigned on self is seen by run
+            frame.record_writes(func.bound.info, summary.self_writes)
+        return summary
+
+    def instantiate(self: Analyzer, frame: Frame, cls: ClassInfo, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
+        member = self.class_member(cls, "__init__")
+        fields: dict[str, Value] = {}
+        if member is not None and isinstance(member[0], Func):
+            summary = self.invoke(frame, Func(member[0].info, Instance(cls, ())), args, kwargs, node)
+            fields = dict(summary.self_writes)
+        elif "dataclass" in decorator_names(cls.node):
+            names = [
+                s.target.id for s in cls.node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            ]
+            fields = dict(zip(names, args, strict=False))
+            fields.update((k, v) for k, v in kwargs if k in names)
+        return Instance(cls, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
+
+    def enter(self: Analyzer, frame: Frame, manager: Value, node: ast.AST) -> Value:
+        """Enter a ``with`` context: apply what its ``__enter__`` (or ``@contextmanager`` body
+        up to its ``yield``) publishes, and return the ``as`` value."""
+        if hasattr(manager, "options"):
+            base, results, states = frame.snapshot(), [], []
+            for option in manager.options:  # type: ignore[attr-defined]
+                frame.restore(base)
+                results.append(self.enter(frame, option, node))
+                states.append(frame.snapshot())
+            frame.merge(states)
+            return join(*results)
+        if isinstance(manager, GenCM):
+            summary = self.invoke(frame, manager.func, manager.args, manager.kwargs, node, enter=True)
+            return summary.yield_value or OPAQUE
+        if isinstance(manager, Instance):
+            member = self.class_member(manager.info, "__enter__")
+            if member is not None and isinstance(member[0], Func):
+                bound = self.bind_member(frame, member[0], manager, node)
+                if isinstance(bound, Func):
+                    return self.invoke(frame, bound, (), (), node).ret
+            return manager
+        return OPAQUE

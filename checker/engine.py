@@ -1,0 +1,269 @@
+"""The routing checker's driver: entry points in, verdicts with routes out.
+
+``check_entry_points`` analyses each registered forward from source (see the package docs for the
+rules) and never executes the analysed code. Source that is missing or unparsable, and any failure
+of the analysis itself, becomes a finding on the entry point concerned instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+
+from tokenstate.checker.calls import HOST_READ, RAW_READ, SPREAD, CallMixin
+from tokenstate.checker.config import CheckerConfig, SinkSpec
+from tokenstate.checker.evaluate import ExprMixin
+from tokenstate.checker.execute import StmtMixin
+from tokenstate.checker.externals import HIDDEN, ExternalMixin
+from tokenstate.checker.frame import Event, Frame, Summary
+from tokenstate.checker.guards import GuardMixin
+from tokenstate.checker.report import (
+    CheckReport,
+    EntryResult,
+    EntryTarget,
+    Route,
+    Verdict,
+)
+from tokenstate.checker.resolve import ResolverMixin
+from tokenstate.checker.sources import SourceError, SourceTable
+from tokenstate.checker.values import (
+    OPAQUE,
+    ClassRef,
+    Func,
+    Ids,
+    Input,
+    Instance,
+    MapV,
+    Seq,
+    Unknown,
+    Value,
+    join,
+)
+
+__all__ = ["Analyzer", "check_entry_points"]
+
+_HOST_KINDS = {"host": "ignores", "host_raw": "ignores", "host_fresh": "honors", "device": "honors"}
+_ORDER = {"ignores": 0, "unknown": 1, "honors": 2}
+
+
+class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, ResolverMixin):
+    """One checker run: shared parse tables, name resolution and function summaries."""
+
+    def __init__(self, config: CheckerConfig) -> None:
+        self.config = config
+        self.sources = SourceTable(config.search_paths)
+        self._resolver_init()
+        self.memo: dict[tuple[object, ...], Summary] = {}
+        self.in_progress: set[tuple[object, ...]] = set()
+        self._generators: dict[ast.AST, bool] = {}
+        self._wrappers: dict[ast.AST, str | None] = {}
+        self.sink_functions: dict[str, SinkSpec] = {
+            self.canonical(s.dotted): s for s in config.sinks if s.kind == "function"
+        }
+        self.sink_modules: dict[str, SinkSpec] = {
+            self.canonical(s.dotted): s for s in config.sinks if s.kind == "module"
+        }
+
+    def analyse(self, func: Func, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...],
+                published: dict[str, Value], fresh: bool, depth: int) -> Summary:
+        info = func.info
+        module = self.sources.module(info.module)
+        frame = Frame(info, module, self.config.display(info.file), {}, dict(published), fresh, depth)
+        frame.closure = dict(func.closure)
+        self.bind_arguments(frame, func, args, kwargs)
+        yielded = False
+        if isinstance(info.node, ast.Lambda):
+            frame.returns.append(self.eval(frame, info.node.body))
+        else:
+            self.exec_block(frame, info.node.body)
+            yielded = self.is_generator(info.node)
+        ret = join(*frame.returns) if frame.returns else OPAQUE
+        if yielded and "contextmanager" not in self.decorators(func):
+            ret = Seq(None, frame.yield_value or OPAQUE)  # a generator: iterating gives what it yields
+        return Summary(
+            ret,
+            tuple(frame.events.values()),
+            tuple(frame.writes.items()),
+            tuple(frame.self_writes.items()),
+            None if frame.yield_writes is None else tuple(frame.yield_writes.items()),
+            frame.yield_value,
+            tuple((info, tuple(writes.items())) for info, writes in frame.obj_writes.items()),
+        )
+
+    def is_generator(self, node: ast.AST) -> bool:
+        found = self._generators.get(node)
+        if found is None:
+            found = any(isinstance(n, ast.Yield | ast.YieldFrom) for n in ast.walk(node))
+            self._generators[node] = found
+        return found
+
+    def bind_arguments(self, frame: Frame, func: Func, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...]) -> None:
+        spec = func.info.node.args
+        positional = [*spec.posonlyargs, *spec.args]
+        values = ((func.bound,) if func.bound is not None else ()) + args
+        env = frame.env
+        for param, value in zip(positional, values, strict=False):
+            env[param.arg] = value
+        if spec.vararg is not None:
+            env[spec.vararg.arg] = Seq(values[len(positional):], join(*values[len(positional):]))
+        names = {p.arg for p in [*positional, *spec.kwonlyargs]}
+        extra: list[tuple[str, Value]] = []
+        spread = [value for key, value in kwargs if key == SPREAD]
+        for key, value in kwargs:
+            if key in names:
+                env[key] = value
+            elif key != SPREAD:
+                extra.append((key, value))
+        if spread:  # **mapping with unknown keys: any parameter not given otherwise may get any value
+            for param in [*positional, *spec.kwonlyargs]:
+                if param.arg not in env:
+                    env[param.arg] = join(*spread)
+        if spec.kwarg is not None:
+            values = join(*(v for _, v in extra), *spread)
+            env[spec.kwarg.arg] = MapV(values, None if spread else tuple(extra))
+        module_frame = self.module_frame(frame.module)
+        module_frame.closure = frame.closure
+        defaults = dict(zip([p.arg for p in positional][len(positional) - len(spec.defaults):], spec.defaults, strict=False))
+        defaults.update({p.arg: d for p, d in zip(spec.kwonlyargs, spec.kw_defaults, strict=False) if d is not None})
+        for param in [*positional, *spec.kwonlyargs]:
+            if param.arg not in env:
+                default = defaults.get(param.arg)
+                env[param.arg] = OPAQUE if default is None else self.eval(module_frame, default)
+        if func.info.owner is not None and positional and "staticmethod" not in self.decorators(func):
+            frame.self_name = positional[0].arg
+            frame.self_value = env.get(frame.self_name)
+
+    # ---- entry points --------------------------------------------------------------------------
+
+    def check(self, target: EntryTarget) -> EntryResult:
+        result = EntryResult(target.name, f"{target.module}.{target.qualname}", target.module, 0,
+                             target.declared, Verdict.UNKNOWN)
+        try:
+            module = self.sources.module(target.module)
+            result.file = self.config.display(module.file)
+            func = self.find_function(target)
+            if isinstance(func, Unknown):
+                result.error = f"cannot analyse: {func.reason}"
+                return result
+            result.line = func.info.line
+            summary = self.analyse(func, self.entry_arguments(target, func), (), {}, False, 0)
+        except SourceError as exc:
+            result.error = f"cannot analyse: {self.config.display(exc.file)}: {exc.message}"
+            return result
+        except RecursionError:
+            result.error = "cannot analyse: the source nests too deeply for the checker"
+            return result
+        except Exception as exc:  # a checker bug must not hide the other entry points' results
+            result.error = f"internal checker error ({type(exc).__name__}: {exc}); please report it"
+            return result
+        result.routes = sorted(
+            {r for event in summary.events for r in self.routes(event)},
+            # embeddings before plain reads: the first route of a kind is the one to show
+            key=lambda r: (_ORDER[r.kind], r.sink in (HOST_READ, RAW_READ), r.hops, r.sink, r.source),
+        )
+        kinds = {r.kind for r in result.routes}
+        result.verdict = next(
+            (v for k, v in (("ignores", Verdict.IGNORES), ("unknown", Verdict.UNKNOWN),
+                            ("honors", Verdict.HONORS)) if k in kinds),
+            Verdict.INERT,
+        )
+        return result
+
+    def find_function(self, target: EntryTarget) -> Func | Unknown:
+        head, *rest = target.qualname.split(".")
+        value = self.resolve_global(target.module, head)
+        frame = self.module_frame(self.sources.module(target.module))
+        for part in rest:
+            value = self.attribute(frame, value, part, ast.Pass())
+        if isinstance(value, Func):
+            return Func(value.info)
+        return Unknown(f"no function {target.qualname} found in module {target.module}", target.module, 0)
+
+    def entry_arguments(self, target: EntryTarget, func: Func) -> tuple[Value, ...]:
+        params = [*func.info.node.args.posonlyargs, *func.info.node.args.args]
+        frame = self.module_frame(self.sources.module(func.info.module))
+        inp_index = next(
+            (i for i, p in enumerate(params) if p.arg == "inp" or _names_forward_input(p.annotation)),
+            1,
+        )
+        args: list[Value] = []
+        for index, param in enumerate(params):
+            if index == inp_index:
+                args.append(Input())
+            elif index == 0:
+                args.append(self.model_value(frame, target, param.annotation))
+            else:
+                args.append(OPAQUE)
+        return tuple(args)
+
+    def model_value(self, frame: Frame, target: EntryTarget, annotation: ast.expr | None) -> Value:
+        """The model the forward receives: what the factory's build returns (the runtime passes
+        exactly that, so a subclass built for an annotated base is analysed as the subclass), else
+        an instance of the annotated class."""
+        built = self.built_model(frame, target)
+        if built is not None:
+            return built
+        if annotation is not None:
+            if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+                annotation = ast.parse(annotation.value, mode="eval").body
+            classes = self.eval(frame, annotation)
+            options = getattr(classes, "options", (classes,))
+            if all(isinstance(o, ClassRef) for o in options):
+                return join(*(self.instantiate(frame, o.info, (), (), annotation) for o in options))
+        return Unknown(
+            "the model's class is unknown: annotate the forward's model parameter with its class",
+            frame.file, 0,
+        )
+
+    def built_model(self, frame: Frame, target: EntryTarget) -> Value | None:
+        if not (target.model_module and target.model_qualname):
+            return None
+        build = self.resolve_global(target.model_module, target.model_qualname)
+        if not isinstance(build, Func):
+            return None
+        built = self.invoke(frame, build, (), (), ast.Pass()).ret
+        options = getattr(built, "options", (built,))
+        if all(isinstance(o, Instance) for o in options):
+            return built
+        hidden = [o for o in options if isinstance(o, Unknown) and HIDDEN in o.reason]
+        return hidden[0] if hidden else None  # torch.compile(model): the forward gets a wrapper
+
+    def routes(self, event: Event) -> list[Route]:
+        if event.kind == "unresolved":
+            assert isinstance(event.ids, Unknown)
+            return [Route("unknown", event.hops, "unresolved call", _describe_unknown(event.ids))]
+        routes = []
+        for part in getattr(event.ids, "options", (event.ids,)):
+            if isinstance(part, Ids):
+                for origin in part.origins:
+                    where = f" ({origin.file}:{origin.line})" if origin.file else ""
+                    fresh = " [no device ids on this path]" if origin.kind == "host_fresh" else ""
+                    routes.append(Route(_HOST_KINDS[origin.kind], event.hops, event.sink, f"{origin.what}{where}{fresh}"))
+            elif isinstance(part, Unknown):
+                routes.append(Route("unknown", event.hops, event.sink, _describe_unknown(part)))
+        return routes
+
+
+def _names_forward_input(annotation: ast.expr | None) -> bool:
+    if annotation is None:
+        return False
+    text = ast.unparse(annotation)
+    return text.rpartition(".")[2].strip("'\"") == "ForwardInput"
+
+
+def _describe_unknown(value: Unknown) -> str:
+    where = f" ({value.file}:{value.line})" if value.line else f" ({value.file})"
+    return f"unresolved: {value.reason}{where}"
+
+
+def check_entry_points(targets: Sequence[EntryTarget], config: CheckerConfig | None = None) -> CheckReport:
+    """Analyse each target's forward from source and classify it (see :class:`Verdict`).
+
+    The packages of the targets (and of their build functions) are analysed in addition to
+    ``config.roots``. Nothing is imported or executed.
+    """
+    config = config or CheckerConfig()
+    roots = {t.module.partition(".")[0] for t in targets}
+    roots |= {t.model_module.partition(".")[0] for t in targets if t.model_module}
+    analyzer = Analyzer(config.with_roots(roots))
+    return CheckReport([analyzer.check(target) for target in targets])

@@ -1,0 +1,330 @@
+"""Expressions: what value each may hold, with the token-id sources of ``ForwardInput`` built in.
+
+Sources of ids (the contract of ``tokenstate.contracts``):
+
+* ``inp.device_tokens.ids`` and ``inp.embedding_ids()`` — device ids (honour the contract);
+* ``inp.host_tokens.ids`` / ``.row_ids(r)`` — host ids: *fresh* on a path guarded by
+  ``inp.device_tokens is None`` or ``not inp.has_stale_rows`` (see :mod:`.guards`), otherwise
+  possibly placeholders;
+* ``inp.host_tokens.placeholder_buffer()`` — the raw host buffer, never fit to embed.
+
+Outside a freshness guard, *reading* host ids is itself a finding, whatever the ids are used for
+(an embedding, a penalty, a bias table, ``len()``, logging): ``HostTokens.ids`` raises on a step
+with spliced rows, and the raw buffer holds placeholders there. Only metadata that never touches
+ids (``inp.num_tokens``, ``inp.host_tokens.stale``...) is free.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from tokenstate.checker.frame import Frame
+from tokenstate.checker.guards import Facts, expression_path, is_none_compare
+from tokenstate.checker.sources import ModuleInfo
+from tokenstate.checker.values import (
+    METADATA_ATTRS,
+    OPAQUE,
+    RETURNS_SELF,
+    Bound,
+    Cell,
+    ClassInfo,
+    ClassRef,
+    External,
+    Flag,
+    Func,
+    FuncInfo,
+    Ids,
+    Input,
+    Instance,
+    MapV,
+    ModuleRef,
+    Opaque,
+    Origin,
+    Seq,
+    Super,
+    Tokens,
+    Unknown,
+    Value,
+    has_ids,
+    join,
+    taint,
+)
+
+if TYPE_CHECKING:
+    from tokenstate.checker.engine import Analyzer
+
+__all__ = ["ExprMixin", "element_of"]
+
+
+def element_of(value: Value) -> Value:
+    """What iterating over ``value`` gives."""
+    if isinstance(value, Seq):
+        return join(*(value.items or ()), value.elem)
+    if isinstance(value, MapV):
+        return OPAQUE  # iterating a dict gives its keys
+    if isinstance(value, Cell) and value.kind == "stack":
+        return value
+    if hasattr(value, "options"):
+        return join(*(element_of(v) for v in value.options))  # type: ignore[attr-defined]
+    return taint(value)
+
+
+def negate(value: Value) -> Value:
+    """``not value``: a device-ids flag swaps its sides; anything else is plain data."""
+    if isinstance(value, Flag):
+        return value.negated()
+    if hasattr(value, "options") and any(isinstance(o, Flag) for o in value.options):  # type: ignore[attr-defined]
+        return join(*(negate(o) for o in value.options))  # type: ignore[attr-defined]
+    return OPAQUE
+
+
+class ExprMixin:
+    def module_frame(self: Analyzer, info: ModuleInfo) -> Frame:
+        return Frame(None, info, self.config.display(info.file), {}, {}, False, 0)
+
+    def origin(self: Analyzer, frame: Frame, kind: str, what: str, node: ast.AST) -> Ids:
+        return Ids(frozenset({Origin(kind, what, frame.file, getattr(node, "lineno", 0))}))
+
+    def unknown(self: Analyzer, frame: Frame, reason: str, node: ast.AST) -> Unknown:
+        return Unknown(reason, frame.file, getattr(node, "lineno", 0))
+
+    def eval(self: Analyzer, frame: Frame, node: ast.expr) -> Value:
+        if frame.narrow and isinstance(node, ast.Name | ast.Attribute):
+            narrowed = frame.narrow.get(expression_path(node) or "")
+            if narrowed is not None:
+                return narrowed
+        if isinstance(node, ast.Name):
+            return self.lookup_name(frame, node.id, node)
+        if isinstance(node, ast.Attribute):
+            return self.attribute(frame, self.eval(frame, node.value), node.attr, node)
+        if isinstance(node, ast.Call):
+            return self.eval_call(frame, node)
+        if isinstance(node, ast.Subscript):
+            return self.subscript(frame, self.eval(frame, node.value), node)
+        if isinstance(node, ast.Constant | ast.JoinedStr):
+            for part in ast.walk(node):
+                if isinstance(part, ast.FormattedValue):
+                    self.eval(frame, part.value)
+            return OPAQUE
+        if isinstance(node, ast.List | ast.Tuple | ast.Set):
+            items = tuple(self.eval(frame, e) for e in node.elts)
+            return Seq(items, join(*items))
+        if isinstance(node, ast.Dict):
+            values = [self.eval(frame, v) for v in node.values]
+            for key in node.keys:
+                if key is not None:
+                    self.eval(frame, key)
+            constant = all(isinstance(k, ast.Constant) for k in node.keys)
+            items = tuple((k.value, v) for k, v in zip(node.keys, values, strict=True)) if constant else None  # type: ignore[union-attr]
+            return MapV(join(*values), items)
+        if isinstance(node, ast.BoolOp):
+            flag = self.flag_of(frame, node)
+            return flag if flag is not None else join(*(self.eval(frame, v) for v in node.values))
+        if isinstance(node, ast.BinOp):
+            return join(taint(self.eval(frame, node.left)), taint(self.eval(frame, node.right)))
+        if isinstance(node, ast.UnaryOp):
+            operand = self.eval(frame, node.operand)
+            if isinstance(node.op, ast.Not):
+                return negate(operand)
+            return taint(operand)
+        if is_none_compare(node):
+            assert isinstance(node, ast.Compare)
+            when_true, when_false = self.none_compare_facts(frame, node)
+            if when_true.fresh or when_false.fresh:
+                return Flag(when_true.fresh, when_false.fresh)
+            return OPAQUE
+        if isinstance(node, ast.Compare):
+            for part in (node.left, *node.comparators):
+                self.eval(frame, part)
+            return OPAQUE
+        if isinstance(node, ast.IfExp):
+            when_true, when_false = self.guard(frame, node.test)
+            return join(self.eval_with(frame, node.body, when_true), self.eval_with(frame, node.orelse, when_false))
+        if isinstance(node, ast.NamedExpr):
+            value = self.eval(frame, node.value)
+            self.assign(frame, node.target, value)
+            return value
+        if isinstance(node, ast.Lambda):
+            info = FuncInfo(frame.module.name, f"{frame.name}.<lambda>", node.lineno, frame.module.file, node)
+            return Func(info, None, tuple(sorted({**frame.closure, **frame.env}.items(), key=lambda kv: kv[0])))
+        if isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp):
+            return Seq(None, self.comprehension(frame, node.generators, node.elt))
+        if isinstance(node, ast.DictComp):
+            return MapV(self.comprehension(frame, node.generators, node.value))
+        if isinstance(node, ast.Starred | ast.Await):
+            return self.eval(frame, node.value)
+        if isinstance(node, ast.Yield | ast.YieldFrom):
+            value = OPAQUE if node.value is None else self.eval(frame, node.value)
+            if frame.yield_writes is None:
+                frame.yield_writes, frame.yield_value = dict(frame.writes), value
+            return OPAQUE
+        if isinstance(node, ast.Slice):
+            for part in (node.lower, node.upper, node.step):
+                if part is not None:
+                    self.eval(frame, part)
+            return OPAQUE
+        return OPAQUE
+
+    def eval_with(self: Analyzer, frame: Frame, node: ast.expr, facts: Facts) -> Value:
+        saved = self.with_facts(frame, facts)
+        try:
+            return self.eval(frame, node)
+        finally:
+            frame.fresh, frame.narrow = saved
+
+    def comprehension(self: Analyzer, frame: Frame, generators: list[ast.comprehension], elt: ast.expr) -> Value:
+        saved = dict(frame.env)
+        try:
+            for gen in generators:
+                self.assign(frame, gen.target, element_of(self.eval(frame, gen.iter)))
+                for cond in gen.ifs:
+                    self.eval(frame, cond)
+            return self.eval(frame, elt)
+        finally:
+            frame.env = saved
+
+    def lookup_name(self: Analyzer, frame: Frame, name: str, node: ast.AST) -> Value:
+        if name in frame.env:
+            return frame.env[name]
+        if name in frame.closure:
+            return frame.closure[name]
+        if name in frame.module.global_cells and frame.func is not None:
+            cell = f"{frame.module.name}.{name}"
+            if cell in frame.published:
+                return frame.published[cell]
+            return self.unknown(frame, f"reads scope global {cell} where no enclosing scope publishes it", node)
+        if name == "super" and frame.func is not None:
+            return External("builtins.super")
+        return self.resolve_global(frame.module.name, name)
+
+    def read_cell(self: Analyzer, frame: Frame, cell: str, node: ast.AST) -> Value:
+        if cell in frame.published:
+            return frame.published[cell]
+        return self.unknown(frame, f"reads scope {cell} where no enclosing scope publishes it", node)
+
+    def attribute(self: Analyzer, frame: Frame, base: Value, name: str, node: ast.AST) -> Value:
+        if hasattr(base, "options"):
+            return join(*(self.attribute(frame, o, name, node) for o in base.options))  # type: ignore[attr-defined]
+        if isinstance(base, Input):
+            if name in ("device_tokens", "host_tokens"):
+                return Tokens(name.partition("_")[0])
+            if name in ("embedding_ids", "has_stale_rows"):
+                return Bound(base, name)
+            return OPAQUE
+        if isinstance(base, Tokens):
+            if name == "ids":
+                if base.kind == "device":
+                    return self.origin(frame, "device", "inp.device_tokens.ids", node)
+                return self.host_read(frame, "host" if not frame.fresh else "host_fresh", "inp.host_tokens.ids", node)
+            if name in ("row_ids", "placeholder_buffer", "has_stale"):
+                return Bound(base, name)
+            if name == "_ids" and base.kind == "host":  # the private buffer: the raw read, bypassed
+                return self.host_read(frame, "host_raw", "inp.host_tokens._ids", node)
+            return OPAQUE
+        if isinstance(base, Ids | Bound | Opaque):
+            # a tensor method or attribute: ids flow through it unless it is metadata
+            return Bound(OPAQUE if name in METADATA_ATTRS else taint(base), name)
+        if isinstance(base, Seq | MapV):
+            return Bound(base, name)
+        if isinstance(base, Instance):
+            return self.instance_attribute(frame, self.current(frame, base), name, node)
+        if isinstance(base, ClassRef):
+            cell = self.class_cell_for(base.info, name)
+            if cell is not None:
+                return self.read_cell(frame, cell, node)
+            member = self.class_member(base.info, name)
+            if member is None:
+                return self.unknown(frame, f"{base.info.dotted} has no attribute {name!r}", node)
+            value, _ = member
+            if isinstance(value, Func) and "classmethod" in self.decorators(value):
+                return Func(value.info, base)
+            return value
+        if isinstance(base, Super):
+            return self.super_attribute(frame, base, name, node)
+        if isinstance(base, ModuleRef):
+            return self.resolve_global(base.name, name)
+        if isinstance(base, External):
+            return Bound(base, name) if base.instance else External(f"{base.dotted}.{name}")
+        if isinstance(base, Cell):
+            if base.kind == "local":
+                return self.read_cell(frame, f"{base.name}.{name}", node)
+            return Bound(base, name)
+        if isinstance(base, Func) and name in ("__wrapped__", "__func__"):
+            return Func(base.info)
+        if isinstance(base, Unknown):
+            return base
+        return OPAQUE
+
+    def instance_attribute(self: Analyzer, frame: Frame, base: Instance, name: str, node: ast.AST) -> Value:
+        own = frame.self_writes.get(name) if base == frame.self_value else None
+        if own is not None:
+            return own
+        value = base.field(name)
+        if value is not None:
+            return value
+        cell = self.class_cell_for(base.info, name)
+        if cell is not None:
+            return self.read_cell(frame, cell, node)
+        member = self.class_member(base.info, name)
+        if member is None:
+            return self.unknown(
+                frame, f"{base.info.dotted}.{name} is neither set in __init__ nor defined on the class", node
+            )
+        if base == frame.self_value and frame.self_writes:
+            # self.run() after self.prepare(): the callee sees what this method assigned so far
+            fields = dict(base.fields)
+            fields.update(frame.self_writes)
+            base = Instance(base.info, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
+            frame.self_aliases.add(base)
+        return self.bind_member(frame, member[0], base, node)
+
+    def bind_member(self: Analyzer, frame: Frame, member: Value, receiver: Value, node: ast.AST) -> Value:
+        if isinstance(member, External):
+            owner, _, attr = member.dotted.rpartition(".")
+            if attr in ("forward", "__call__") and self.canonical(owner) in self.sink_modules:
+                # super().forward(ids) in an nn.Embedding subclass: the inherited lookup is the sink
+                return External(owner, instance=True)
+            return Bound(receiver if isinstance(receiver, Instance) and attr in RETURNS_SELF else OPAQUE, attr)
+        if not isinstance(member, Func) or member.bound is not None:
+            return member
+        decorators = self.decorators(member)
+        if "staticmethod" in decorators:
+            return member
+        if "classmethod" in decorators:
+            owner = receiver.info if isinstance(receiver, Instance) else None
+            return Func(member.info, ClassRef(owner) if isinstance(owner, ClassInfo) else receiver)
+        bound = Func(member.info, receiver)
+        if "property" in decorators or "cached_property" in decorators:
+            return self.call(frame, bound, (), (), node)
+        return bound
+
+    def super_attribute(self: Analyzer, frame: Frame, base: Super, name: str, node: ast.AST) -> Value:
+        receiver = base.receiver
+        start = receiver.info if isinstance(receiver, Instance | ClassRef) else base.info
+        member = self.class_member(start, name, after=base.info)
+        if member is None:
+            return self.unknown(frame, f"super() of {base.info.dotted} has no {name!r}", node)
+        return self.bind_member(frame, member[0], receiver, node)
+
+    def subscript(self: Analyzer, frame: Frame, base: Value, node: ast.Subscript) -> Value:
+        index = self.eval(frame, node.slice)
+        if isinstance(base, Seq):
+            if base.items is not None and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int):
+                position = node.slice.value
+                if -len(base.items) <= position < len(base.items):
+                    return base.items[position]
+            return base if isinstance(node.slice, ast.Slice) else element_of(base)
+        if isinstance(base, MapV):
+            key = node.slice
+            return base.lookup(key.value) if isinstance(key, ast.Constant) else base.values
+        if isinstance(base, Cell) and base.kind == "stack":
+            return self.read_cell(frame, base.name, node)
+        if isinstance(base, Ids | Unknown):
+            return join(base, taint(index))
+        if isinstance(base, ClassRef | External) and not getattr(base, "instance", False):
+            return base  # a generic alias (list[int], Float[Tensor, "n"]) in an annotation
+        if self.config.index_is_sink and has_ids(index):
+            self.sink(frame, "table[ids] gather", index, node)
+            return OPAQUE
+        return join(taint(base), taint(index))

@@ -1,0 +1,297 @@
+"""Name resolution from source: module globals, imports and re-exports, classes and their hierarchy.
+
+Everything here reads the AST tables of :mod:`~tokenstate.checker.sources`; nothing is
+imported. Results are cached per checker run.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import sys
+from typing import TYPE_CHECKING
+
+from tokenstate.checker.sources import ModuleInfo, SourceError
+from tokenstate.checker.values import (
+    Cell,
+    ClassInfo,
+    ClassRef,
+    External,
+    Func,
+    FuncInfo,
+    MapV,
+    ModuleRef,
+    Unknown,
+    Value,
+    join,
+)
+
+if TYPE_CHECKING:
+    from tokenstate.checker.engine import Analyzer
+
+__all__ = ["ResolverMixin", "decorator_names"]
+
+_CELL_FACTORIES = {"contextvars.ContextVar": "cvar", "threading.local": "local", "_thread._local": "local"}
+
+
+def decorator_names(node: ast.AST) -> set[str]:
+    """Last name segment of each decorator (``functools.wraps(f)`` → ``wraps``)."""
+    names = set()
+    for dec in getattr(node, "decorator_list", ()):
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        if isinstance(target, ast.Attribute):
+            names.add(target.attr)
+        elif isinstance(target, ast.Name):
+            names.add(target.id)
+    return names
+
+
+class ResolverMixin:
+    def _resolver_init(self: Analyzer) -> None:
+        self._globals: dict[tuple[str, str], Value | None] = {}
+        self._mro: dict[ClassInfo, list[ClassInfo | External]] = {}
+        self._class_cells: dict[ClassInfo, set[str]] = {}
+        self._canonical: dict[str, str] = {}
+
+    # ---- modules and globals -------------------------------------------------------------------
+
+    def module_value(self: Analyzer, name: str) -> Value:
+        return ModuleRef(name) if self.config.is_analysed(name) else External(name)
+
+    def load_module(self: Analyzer, name: str) -> ModuleInfo | Unknown:
+        try:
+            return self.sources.module(name)
+        except SourceError as exc:
+            return Unknown(f"source unavailable: {exc.message}", self.config.display(exc.file), 0)
+
+    def resolve_global(self: Analyzer, module: str, name: str) -> Value:
+        key = (module, name)
+        if key in self._globals:
+            cached = self._globals[key]
+            return cached if cached is not None else Unknown(f"{module}.{name} is defined circularly", module, 0)
+        self._globals[key] = None  # in progress
+        value = self._resolve_global(module, name)
+        self._globals[key] = value
+        return value
+
+    def _resolve_global(self: Analyzer, module: str, name: str) -> Value:
+        info = self.load_module(module)
+        if isinstance(info, Unknown):
+            return info
+        node = info.bindings.get(name)
+        if node is None:
+            if self.sources.is_module(f"{module}.{name}"):
+                return self.module_value(f"{module}.{name}")
+            for star in info.star_imports:
+                if not self.config.is_analysed(star):
+                    continue
+                star_info = self.load_module(star)
+                if not isinstance(star_info, Unknown) and name in star_info.bindings:
+                    return self.resolve_global(star, name)
+            if hasattr(builtins, name):
+                return External(f"builtins.{name}")
+            return Unknown(f"name {name!r} is not defined in module {module}", self.config.display(info.file), 0)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            return Func(FuncInfo(module, name, node.lineno, info.file, node))
+        if isinstance(node, ast.ClassDef):
+            return ClassRef(ClassInfo(module, name, node.lineno, info.file, node))
+        if isinstance(node, ast.alias):  # import a.b [as x]
+            return self.module_value(node.name if node.asname else node.name.partition(".")[0])
+        if isinstance(node, ast.ImportFrom):
+            return self._resolve_import_from(info, node, name)
+        assert isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None
+        return self._module_assignment(info, name, node.value)
+
+    def _resolve_import_from(self: Analyzer, info: ModuleInfo, node: ast.ImportFrom, name: str) -> Value:
+        source = info.resolve_relative(node.module, node.level)
+        original = next(a.name for a in node.names if (a.asname or a.name) == name)
+        full = f"{source}.{original}"
+        if not self.config.is_analysed(source):
+            return External(full)
+        if self.sources.is_module(full):
+            return ModuleRef(full)
+        return self.resolve_global(source, original)
+
+    def _module_assignment(self: Analyzer, info: ModuleInfo, name: str, expr: ast.expr) -> Value:
+        cell = f"{info.name}.{name}"
+        if name in info.stacks:
+            return Cell(cell, "stack")
+        if isinstance(expr, ast.Call):
+            factory = self.eval(self.module_frame(info), expr.func)
+            if isinstance(factory, External) and factory.dotted in _CELL_FACTORIES:
+                return Cell(cell, _CELL_FACTORIES[factory.dotted])
+        value = self.eval(self.module_frame(info), expr)
+        if name in info.filled and isinstance(value, MapV):
+            # entries added at run time (a registry filled by decorators...) are not in the literal
+            added = Unknown(f"{cell} is filled at run time ({name}[key] = ...)", self.config.display(info.file), 0)
+            return MapV(join(value.values, added), None)
+        return value
+
+    def canonical(self: Analyzer, dotted: str) -> str:
+        """Follow re-exports (``from .x import f`` in a package ``__init__``) to where ``dotted`` is defined.
+
+        Only our own and analysed packages are read; ``torch.nn.Embedding`` stays as written.
+        """
+        if dotted in self._canonical:
+            return self._canonical[dotted]
+        self._canonical[dotted] = dotted
+        module, _, attr = dotted.rpartition(".")
+        top = dotted.partition(".")[0]
+        result = dotted
+        if module and (top == "tokenstate" or top in self.config.roots) and self.sources.is_module(module):
+            try:
+                info = self.sources.module(module)
+            except SourceError:
+                info = None
+            node = None if info is None else info.bindings.get(attr)
+            if isinstance(node, ast.ImportFrom) and info is not None:
+                source = info.resolve_relative(node.module, node.level)
+                original = next(a.name for a in node.names if (a.asname or a.name) == attr)
+                result = self.canonical(f"{source}.{original}")
+        self._canonical[dotted] = result
+        return result
+
+    # ---- classes -------------------------------------------------------------------------------
+
+    def class_module(self: Analyzer, cls: ClassInfo) -> ModuleInfo:
+        return self.sources.module(cls.module)  # already parsed: the class came from it
+
+    def mro(self: Analyzer, cls: ClassInfo) -> list[ClassInfo | External]:
+        """The class's method resolution order, by Python's C3 linearization (external bases are
+        leaves: nothing of theirs is read). A hierarchy C3 cannot order is one Python itself refuses
+        to create; the checker then falls back to depth-first order."""
+        if cls in self._mro:
+            return self._mro[cls]
+        self._mro[cls] = [cls]  # a class that (through aliases) names itself as a base
+        frame = self.module_frame(self.class_module(cls))
+        bases: list[ClassInfo | External] = []
+        for base_expr in cls.node.bases:
+            base = self.eval(frame, base_expr)
+            for option in getattr(base, "options", (base,)):
+                if isinstance(option, ClassRef):
+                    bases.append(option.info)
+                elif isinstance(option, External):
+                    bases.append(option)
+        bases = [b for b in bases if b != External("builtins.object")]  # every MRO ends in object
+        linear = [self.mro(b) if isinstance(b, ClassInfo) else _external_mro(b) for b in bases]
+        order = _c3_merge([*linear, list(bases)])
+        if order is None:
+            order = []
+            for parents in linear:
+                order += [p for p in parents if p not in order]
+        self._mro[cls] = [cls, *order]
+        return self._mro[cls]
+
+    def class_member(self: Analyzer, cls: ClassInfo, name: str, after: ClassInfo | None = None) -> tuple[Value, ClassInfo | None] | None:
+        """``name`` as found on the class hierarchy (skipping up to ``after`` for ``super()``).
+
+        Returns the raw member (a Func for a ``def``, the value of a class-level assignment, or an
+        External for something inherited from an external base) and the class defining it.
+        """
+        chain = self.mro(cls)
+        if after is not None and after in chain:
+            chain = chain[chain.index(after) + 1 :]
+        for klass in chain:
+            if isinstance(klass, External):
+                return External(f"{klass.dotted}.{name}"), None
+            for stmt in klass.node.body:
+                if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == name:
+                    qualname = f"{klass.qualname}.{name}"
+                    return Func(FuncInfo(klass.module, qualname, stmt.lineno, klass.file, stmt, klass)), klass
+            for stmt in reversed(klass.node.body):
+                if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
+                    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                    if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                        frame = self.module_frame(self.class_module(klass))
+                        if isinstance(stmt.value, ast.Call):
+                            factory = self.eval(frame, stmt.value.func)
+                            if isinstance(factory, External) and factory.dotted == "contextvars.ContextVar":
+                                return Cell(f"{klass.dotted}.{name}", "cvar"), klass
+                        return self.eval(frame, stmt.value), klass
+        return None
+
+    def class_cells(self: Analyzer, cls: ClassInfo) -> set[str]:
+        """Class attributes some method assigns through ``cls.X`` / ``Class.X`` / ``type(self).X``."""
+        if cls in self._class_cells:
+            return self._class_cells[cls]
+        cells: set[str] = set()
+        for node in ast.walk(cls.node):
+            if not isinstance(node, ast.Assign):
+                continue
+            for target in node.targets:
+                if not isinstance(target, ast.Attribute):
+                    continue
+                base = target.value
+                if (
+                    (isinstance(base, ast.Name) and base.id in ("cls", cls.node.name))
+                    or (isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "type")
+                ):
+                    cells.add(target.attr)
+        self._class_cells[cls] = cells
+        return cells
+
+    def class_cell_for(self: Analyzer, cls: ClassInfo, name: str) -> str | None:
+        for klass in self.mro(cls):
+            if isinstance(klass, ClassInfo) and name in self.class_cells(klass):
+                return f"{klass.dotted}.{name}"
+        return None
+
+    def sink_base(self: Analyzer, cls: ClassInfo) -> str | None:
+        """The sink module class ``cls`` inherits its call from, if any (no own forward/__call__)."""
+        for klass in self.mro(cls):
+            if isinstance(klass, External):
+                dotted = self.canonical(klass.dotted)
+                return dotted if dotted in self.sink_modules else None
+            if any(
+                isinstance(s, ast.FunctionDef) and s.name in ("forward", "__call__") for s in klass.node.body
+            ):
+                return None
+        return None
+
+
+def _live_class(dotted: str) -> type | None:
+    """The class ``dotted`` names, if its module is already imported (nothing is imported here)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is None:
+            continue
+        value: object = module
+        for attr in parts[cut:]:
+            value = getattr(value, attr, None)
+        return value if isinstance(value, type) else None
+    return None
+
+
+def _external_mro(base: External) -> list[ClassInfo | External]:
+    """An external base's own MRO when its class is already loaded (``nn.Embedding`` → ``nn.Module``),
+    so that C3 orders it against the other bases as Python does; else the base alone."""
+    live = _live_class(base.dotted)
+    if live is None:
+        return [base]
+    tail = [External(f"{c.__module__}.{c.__qualname__}") for c in live.__mro__[1:] if c is not object]
+    return [base, *tail]
+
+
+def _key(klass: ClassInfo | External) -> object:
+    """Identity of a class in C3: the loaded class object for externals (one class, many names)."""
+    if isinstance(klass, External):
+        return _live_class(klass.dotted) or klass.dotted
+    return klass
+
+
+def _c3_merge(sequences: list[list[ClassInfo | External]]) -> list[ClassInfo | External] | None:
+    """C3 merge: repeatedly take the first head that is in no other sequence's tail."""
+    pending = [list(seq) for seq in sequences if seq]
+    merged: list[ClassInfo | External] = []
+    while pending:
+        for seq in pending:
+            head = _key(seq[0])
+            if not any(head in [_key(c) for c in other[1:]] for other in pending):
+                break
+        else:
+            return None  # inconsistent hierarchy (Python raises TypeError for it)
+        merged.append(seq[0])
+        pending = [[c for c in seq if _key(c) != head] for seq in pending]
+        pending = [seq for seq in pending if seq]
+    return merged

@@ -1,0 +1,331 @@
+"""The pytest side of the spec ledger: markers, cross-checks, red-before re-runs, the JSON ledger.
+
+Registered by :mod:`tokenstate.pytest_plugin` (which stays import-light); see docs/design/ledger.md.
+
+* ``@pytest.mark.owed("ID")``: a strict expected failure; a pass fails the run with
+  "ID now passes: move it to ## Paid and name its before-mutant".
+* ``@pytest.mark.paid("ID", before=<Mutant>)``: the test must pass, then is re-run in-process with
+  the mutant applied and must fail there, else "red-before lost: ID no longer detects its bug".
+* Per test: the marker names an existing item, in the state the spec lists it, and the test is the
+  one the spec names. Per spec (a ``specs/<slug>.md`` collected in the run, e.g. by ``pytest`` or
+  ``pytest specs``): every item has exactly one test carrying the right marker.
+* Results travel in each report's ``user_properties`` so that under pytest-xdist the controller sees
+  every worker's results and writes one merged ledger; workers never write it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tokenstate.contracts.errors import ContractDefinitionError
+from tokenstate.ledger.ledger import ItemOutcome, Ledger
+from tokenstate.ledger.mutants import Mutant
+from tokenstate.ledger.spec import Spec, SpecItem, load_specs, parse_spec
+
+__all__ = ["LedgerPlugin"]
+
+MARKERS = ("owed", "paid")
+_ITEM_PROP = "tokenstate_item"
+_RESULT_PROP = "tokenstate_result"
+_RED_BEFORE_PROP = "tokenstate_red_before"
+_MUTANT_PROP = "tokenstate_mutant"
+_SPEC_CHECK_PROP = "tokenstate_spec_check"
+
+
+@dataclass(frozen=True)
+class Binding:
+    item: SpecItem
+    mutant: Mutant | None
+
+
+_BINDING = pytest.StashKey[Binding]()
+_PROBLEM = pytest.StashKey[str]()
+
+
+def _function_name(item: pytest.Item) -> str | None:
+    if not isinstance(item, pytest.Function):
+        return None
+    return (
+        f"{item.cls.__name__}::{item.originalname}" if item.cls is not None else item.originalname
+    )
+
+
+class SpecFile(pytest.File):
+    """A spec document collected as one cross-check item."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        plugin: LedgerPlugin = self.config.pluginmanager.get_plugin("tokenstate-ledger")
+        spec = parse_spec(self.path)  # malformed -> a collection error naming file:line
+        yield SpecCheck.from_parent(self, name="cross-check", spec=spec, plugin=plugin)
+
+
+class SpecCheck(pytest.Item):
+    def __init__(self, *, spec: Spec, plugin: LedgerPlugin, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.plugin = plugin
+        self.user_properties.append((_SPEC_CHECK_PROP, spec.slug))
+
+    def runtest(self) -> None:
+        problems = [p for item in self.spec.items for p in self.plugin.item_problems(item)]
+        if problems:
+            raise ContractDefinitionError(
+                f"spec {self.spec.slug} does not match its tests:\n  " + "\n  ".join(problems)
+            )
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, ContractDefinitionError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"cross-check of {self.spec.slug}"
+
+
+class LedgerPlugin:
+    def __init__(self, config: pytest.Config, spec_dirs: list[Path], ledger_path: Path) -> None:
+        self.config = config
+        self.root = config.rootpath
+        self.spec_dirs = [(d if d.is_absolute() else self.root / d).resolve() for d in spec_dirs]
+        self.ledger_path = ledger_path if ledger_path.is_absolute() else self.root / ledger_path
+        self._specs: list[Spec] | None = None
+        self._spec_error: str | None = None
+        self.is_worker = hasattr(config, "workerinput")
+        # Collection facts for the per-spec cross-check.
+        self.carriers: dict[str, set[tuple[Path, str]]] = {}
+        self.modules: dict[Path, Any] = {}
+        # Results seen in this run (from reports, so xdist workers' results arrive here too).
+        self.outcomes: dict[str, ItemOutcome] = {}
+        self.spec_checks: dict[str, str] = {}
+
+    # -- specs ---------------------------------------------------------------------------------
+    def specs(self) -> list[Spec]:
+        if self._specs is None:
+            try:
+                self._specs = load_specs(d for d in self.spec_dirs if d.is_dir())
+            except ContractDefinitionError as exc:
+                self._spec_error = str(exc)
+                self._specs = []
+        return self._specs
+
+    def find(self, item_id: str) -> SpecItem | None:
+        return next((i for s in self.specs() for i in s.items if i.id == item_id), None)
+
+    # -- collection ----------------------------------------------------------------------------
+    def pytest_collect_file(
+        self, file_path: Path, parent: pytest.Collector
+    ) -> pytest.Collector | None:
+        if file_path.suffix == ".md" and file_path.name.lower() != "readme.md":
+            if file_path.parent.resolve() in self.spec_dirs:
+                return SpecFile.from_parent(parent, path=file_path)
+        return None
+
+    @pytest.hookimpl(tryfirst=True)  # before -k/-m deselection: every collected test counts
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            if isinstance(item, pytest.Function):
+                self.modules.setdefault(item.path.resolve(), item.module)
+            marks = [m for m in item.iter_markers() if m.name in MARKERS]
+            if marks:
+                problem = self._bind(item, marks)
+                if problem is not None:
+                    item.stash[_PROBLEM] = problem
+
+    def _bind(self, item: pytest.Item, marks: list[pytest.Mark]) -> str | None:
+        where = item.nodeid
+        if len(marks) > 1:
+            return f"{where} carries {len(marks)} spec markers; a test carries exactly one item."
+        mark = marks[0]
+        args_ok = len(mark.args) == 1 and isinstance(mark.args[0], str)
+        allowed = {"before"} if mark.name == "paid" else set()
+        if not args_ok or set(mark.kwargs) - allowed:
+            usage = (
+                '@pytest.mark.paid("ID", before=<mutant>)'
+                if mark.name == "paid"
+                else '@pytest.mark.owed("ID")'
+            )
+            return f"{where}: bad marker {mark.name}{mark.args}{mark.kwargs}; write {usage}."
+        item_id = mark.args[0]
+        self.specs()
+        if self._spec_error:
+            return f"{where}: the specs cannot be read:\n{self._spec_error}"
+        spec_item = self.find(item_id)
+        if spec_item is None:
+            listed = ", ".join(s.slug for s in self.specs()) or f"none found in {self.spec_dirs}"
+            return (
+                f"{where}: orphan marker @pytest.mark.{mark.name}({item_id!r}) names no item of any spec "
+                f"(specs: {listed}); add the item to a spec or fix the id."
+            )
+        item.user_properties.append((_ITEM_PROP, item_id))
+        self.carriers.setdefault(item_id, set()).add(
+            (item.path.resolve(), _function_name(item) or where)
+        )
+        if mark.name != spec_item.state:
+            return (
+                f"{where}: {item_id} is listed under ## {spec_item.state.title()} ({spec_item.where}) but "
+                f"the test is marked {mark.name}; make the marker and the spec agree."
+            )
+        if (item.path.resolve(), _function_name(item)) != (
+            spec_item.test_file,
+            spec_item.test_name,
+        ):
+            return (
+                f"{where}: {spec_item.where} names `{spec_item.test}` as the test carrying {item_id}, but "
+                "this test carries its marker; move the marker or fix the spec."
+            )
+        mutant = mark.kwargs.get("before")
+        if mark.name == "paid":
+            if not isinstance(mutant, Mutant):
+                return f"{where}: paid {item_id} needs before=<Mutant> (a @mutant-declared patch), got {mutant!r}."
+            if mutant.item_id != item_id:
+                return f"{where}: mutant {mutant.name} belongs to {mutant.item_id}, not {item_id}."
+            item.user_properties.append((_MUTANT_PROP, (mutant.name, mutant.doc)))
+        item.stash[_BINDING] = Binding(spec_item, mutant)
+        return None
+
+    def item_problems(self, spec_item: SpecItem) -> list[str]:
+        """Why ``spec_item`` is not carried by exactly one test, with the right marker (empty if it is)."""
+        named = (spec_item.test_file, spec_item.test_name)
+        carriers = self.carriers.get(spec_item.id, set())
+        at = f"{spec_item.where}: {spec_item.id}"
+        others = sorted(f"{p}::{n}" for p, n in carriers - {named})
+        if others:
+            return [
+                f"{at} is carried by {', '.join(others)} instead of / besides `{spec_item.test}`."
+            ]
+        if named in carriers:
+            return []
+        module = self.modules.get(spec_item.test_file)
+        if module is None:
+            return [
+                f"{at}: its test file {spec_item.test_file} was not collected in this run, so the item is "
+                "unchecked; run the spec together with its tests (e.g. `pytest specs`)."
+            ]
+        test = module
+        for part in spec_item.test_name.split("::"):
+            test = getattr(test, part, None)
+        if not callable(test):
+            return [
+                f"{at} has no test: `{spec_item.test}` does not exist; write it or fix the spec."
+            ]
+        marks = [
+            m
+            for m in getattr(test, "pytestmark", [])
+            if m.name in MARKERS and m.args[:1] == (spec_item.id,)
+        ]
+        if not any(m.name == spec_item.state for m in marks):
+            return [
+                f"{at} ({spec_item.state}): `{spec_item.test}` has no @pytest.mark.{spec_item.state}({spec_item.id!r})."
+            ]
+        return []  # carried correctly, just deselected from this run
+
+    # -- running -------------------------------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        problem = item.stash.get(_PROBLEM, None)
+        if problem is not None:
+            pytest.fail(problem, pytrace=False)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        result = yield  # the test's own run; a failure propagates untouched
+        binding = item.stash.get(_BINDING, None)
+        if binding is not None and binding.mutant is not None:
+            detected, how = _run_under_mutant(item, binding.mutant)
+            item.user_properties.append((_RED_BEFORE_PROP, detected))
+            if not detected:
+                item.user_properties.append((_RESULT_PROP, "red-before-lost"))
+                pytest.fail(
+                    f"red-before lost: {binding.item.id} no longer detects its bug — the test {how} under "
+                    f"mutant {binding.mutant.name} ({binding.mutant.doc}). Make the test fail on the bug "
+                    f"again ({binding.item.where}).",
+                    pytrace=False,
+                )
+        return result
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        binding = item.stash.get(_BINDING, None)
+        if binding is None or call.when != "call" or binding.item.state != "owed":
+            return report
+        if report.passed:
+            report.outcome = "failed"
+            report.longrepr = (
+                f"{binding.item.id} now passes: move it to ## Paid and name its before-mutant "
+                f"({binding.item.where})."
+            )
+            report.user_properties.append((_RESULT_PROP, "xpassed"))
+        elif report.failed:
+            report.outcome = "skipped"
+            reason = call.excinfo.exconly().splitlines()[0][:160] if call.excinfo else "failed"
+            report.wasxfail = f"owed {binding.item.id}, still failing: {reason}"
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        props = dict(tuple(p) for p in report.user_properties)
+        if _SPEC_CHECK_PROP in props and report.when == "call":
+            self.spec_checks[props[_SPEC_CHECK_PROP]] = report.outcome
+        if _ITEM_PROP not in props:
+            return
+        outcome = self.outcomes.setdefault(props[_ITEM_PROP], ItemOutcome())
+        if _MUTANT_PROP in props:
+            outcome.mutant, outcome.mutant_doc = props[_MUTANT_PROP]
+        if report.when == "call":
+            result = props.get(_RESULT_PROP) or (
+                "xfailed" if hasattr(report, "wasxfail") else report.outcome
+            )
+            outcome.add(report.nodeid, result, props.get(_RED_BEFORE_PROP))
+        elif report.failed:
+            outcome.add(report.nodeid, "error", None)
+        elif report.skipped and report.when == "setup":
+            outcome.add(report.nodeid, "skipped", None)
+
+    # -- the ledger ----------------------------------------------------------------------------
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.is_worker or not (self.outcomes or self.spec_checks):
+            return
+        specs = self.specs()
+        if self._spec_error:
+            return
+        previous = None
+        if self.ledger_path.is_file():
+            try:
+                previous = Ledger.read(self.ledger_path)
+            except Exception:  # an unreadable old ledger is simply replaced
+                previous = None
+        ledger = Ledger.build(specs, self.root, self.outcomes, self.spec_checks, previous)
+        ledger.write(self.ledger_path)
+        self._written = ledger
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        ledger: Ledger | None = getattr(self, "_written", None)
+        if ledger is None:
+            return
+        paid = [e for e in ledger.items if e.state == "paid"]
+        verified = sum(1 for e in paid if e.red_before_verified)
+        owed = len(ledger.items) - len(paid)
+        terminalreporter.write_line(
+            f"tokenstate ledger: {len(paid)} paid ({verified} red-before verified), {owed} owed -> "
+            f"{self.ledger_path}"
+        )
+
+
+def _run_under_mutant(item: pytest.Item, mutant: Mutant) -> tuple[bool, str]:
+    """Re-run the test's function in-process with the mutant applied: ``(failed there?, how)``.
+
+    Errors applying the mutant itself propagate (a broken mutant is not red-before evidence).
+    """
+    with mutant.applied():
+        try:
+            item.runtest()
+        except pytest.skip.Exception:
+            return False, "was skipped"
+        except (Exception, pytest.fail.Exception) as exc:
+            return True, f"failed with {type(exc).__name__}"
+    return False, "still passes"

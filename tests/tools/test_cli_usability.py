@@ -1,0 +1,148 @@
+"""What a new user trips on at the command line: --module, scoping, early refusals, CI-width tables."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from tokenstate.contracts import set_checks_mode
+from tokenstate.runtime import registry
+from tokenstate.runtime.progress import observe_steps
+from tokenstate.tools.cli import main
+from tokenstate.tools.gate import GateConfig, GateReport, PathResult, run_gate
+from tokenstate.tools.gate_cli import render_gate
+from tokenstate.tools.routing_check import check_registry
+from tokenstate.tools.verify import _render_checker
+
+PLUGIN = Path(__file__).resolve().parent / "plugins" / "broken_lm_plugin.py"
+
+
+@pytest.fixture
+def broken_plugin(monkeypatch):
+    monkeypatch.syspath_prepend(str(PLUGIN.parent))
+    yield "broken_lm_plugin"
+    module = sys.modules.pop("broken_lm_plugin", None)
+    if module is not None:
+        registry.unregister(module.BROKEN)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["check"], ["gate", "--model", "tiny-llama", "--no-oracle"], ["verify", "--no-specs"], ["specs"], ["demo"]],
+    ids=lambda argv: argv[0],
+)
+def test_a_bogus_checks_mode_is_refused_by_every_command(argv, monkeypatch, capsys):
+    monkeypatch.setenv("TOKENSTATE_CHECKS", "bogus")
+    set_checks_mode(None)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        f"tokenstate {argv[0]}: error: TOKENSTATE_CHECKS='bogus' is not a checks mode; valid values: "
+        "off, boundary, full (default: boundary)."
+    )
+
+
+def test_verify_refuses_a_missing_specs_dir_before_anything_runs(monkeypatch, capsys, tmp_path):
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("verify ran a step before refusing --specs")
+
+    monkeypatch.setattr("tokenstate.tools.verify.check_registry", must_not_run)
+    monkeypatch.setattr("tokenstate.tools.verify.run_gates", must_not_run)
+    assert main(["verify", "--specs", "/nonexistent"]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "tokenstate verify: error: --specs /nonexistent: no such directory; pass the checkout that "
+        "holds specs/."
+    )
+    assert main(["verify", "--specs", str(tmp_path)]) == 2
+    assert "no specs/*.md there" in capsys.readouterr().err
+
+
+def test_check_module_imports_a_package_from_the_current_directory(tmp_path):
+    tokenstate = shutil.which("tokenstate", path=str(Path(sys.executable).parent))
+    assert tokenstate, "the console script is installed next to the interpreter"
+    package = tmp_path / "myengine"
+    package.mkdir()
+    (package / "__init__.py").write_text(PLUGIN.read_text())
+    run = subprocess.run([tokenstate, "check", "--module", "myengine"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr  # imported; its forward embeds host ids
+    assert "BrokenLM: ignores" in run.stdout and "myengine/__init__.py" in run.stdout
+    assert "kimi-linear" not in run.stdout  # --module restricts check to the package's forwards
+
+
+def test_an_unimportable_module_says_where_it_was_looked_for(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "--module", "no_such_engine_pkg"]) == 2
+    err = capsys.readouterr().err.splitlines()[0]
+    assert err == (
+        f"tokenstate check: error: --module no_such_engine_pkg: no module named 'no_such_engine_pkg' "
+        f"in the current directory ({tmp_path}) or on sys.path; run from the directory that holds "
+        "the package, install it (pip install -e .), or add its parent to PYTHONPATH."
+    )
+    (tmp_path / "needs_dep.py").write_text("import a_dependency_that_is_missing  # noqa\n")
+    try:
+        assert main(["gate", "--module", "needs_dep"]) == 2
+        assert (
+            "--module needs_dep: importing it failed: No module named 'a_dependency_that_is_missing'."
+            in capsys.readouterr().err
+        )
+    finally:
+        sys.modules.pop("needs_dep", None)
+
+
+def test_module_restricts_gate_and_verify_as_it_restricts_check(broken_plugin, capsys):
+    assert main(["gate", "--module", broken_plugin, "--requests", "2", "--max-tokens", "4", "--no-oracle", "--json"]) == 1
+    assert [m["model"] for m in json.loads(capsys.readouterr().out)["models"]] == ["BrokenLM"]
+    code = main(["verify", "--module", broken_plugin, "--requests", "2", "--max-tokens", "4", "--no-oracle", "--no-specs", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert [r["entry"] for r in data["checker"]["results"]] == ["BrokenLM"]
+    assert [g["model"] for g in data["gate"]] == ["BrokenLM"]
+
+
+def test_verify_model_scopes_the_checker_too(capsys):
+    code = main(["verify", "--model", "tiny-llama", "--requests", "2", "--max-tokens", "4", "--no-oracle", "--no-specs", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [r["entry"] for r in data["checker"]["results"]] == ["llama"]
+    assert [g["model"] for g in data["gate"]] == ["llama"]
+
+
+def _console() -> tuple[Console, io.StringIO]:
+    buffer = io.StringIO()
+    return Console(file=buffer, width=80, color_system=None, force_terminal=False), buffer
+
+
+def test_gate_table_keeps_long_model_names_whole_at_80_columns():
+    names = ["my-organisation-kimi-linear-48b", "nemotron-h", "kimi-linear"]
+    reports = [
+        GateReport(model=name, comparisons=["async vs sync"], requests=[{"async vs sync": PathResult("async vs sync", 4, 4, None)}], prompt_lens=[3])
+        for name in names
+    ]
+    console, buffer = _console()
+    render_gate(reports, console)
+    text = buffer.getvalue()
+    assert all(name in text for name in names) and "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_checker_table_keeps_entry_names_whole_at_80_columns():
+    console, buffer = _console()
+    _render_checker(check_registry(), console)
+    text = buffer.getvalue()
+    assert all(name in text for name in ("llama", "nemotron-h", "kimi-linear")) and "…" not in text
+
+
+def test_gate_progress_advances_in_tokens_within_one_model():
+    config = GateConfig(num_requests=3, max_tokens=5, oracle=False, quick=True)  # the baseline's tokens
+    seen: list[int] = []
+    with observe_steps(lambda finished: seen.append(sum(len(o.token_ids) for o in finished))):
+        run_gate("tiny-llama", config)
+    assert sum(seen) == 2 * config.num_requests * config.max_tokens  # both paths, every token
+    assert len([n for n in seen if n]) >= 2 * config.num_requests // 2  # many updates, not one per model

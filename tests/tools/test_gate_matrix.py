@@ -1,0 +1,74 @@
+"""The gate's schedule matrix, the per-step engine audit and the progress watchdog."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tokenstate.contracts import ContractViolation, TokenStateError
+from tokenstate.models.toy import toy_factory
+from tokenstate.runtime import LLM, SamplingParams
+from tokenstate.runtime.request import Request
+from tokenstate.runtime.watchdog import EngineStalledError, ProgressWatchdog, default_stall_limit
+from tokenstate.tools.gate import GateConfig, run_gate
+from tokenstate.tools.gate_matrix import CELLS, CellReport, Condition
+from tokenstate.tools.step_audit import audit_engine
+
+
+def test_every_cell_reaches_its_condition_on_the_toy_model():
+    report = run_gate(toy_factory("MatrixToy", eos_token_id=None), GateConfig(oracle=False))
+    assert [c.name for c in report.cells] == [c.name for c in CELLS]
+    for cell in report.cells:
+        assert not cell.skipped and cell.passed, (cell.name, cell.conditions, cell.errors)
+        assert cell.conditions and all(c.reached for c in cell.conditions)
+        assert cell.totals()["async vs sync"][1] > 0
+    assert report.passed and report.to_json()["cells"][0]["conditions"][0]["reached"] is True
+
+
+def test_quick_runs_the_baseline_alone_and_a_model_without_drafts_skips_their_cell():
+    assert run_gate(toy_factory(), GateConfig(oracle=False, quick=True)).cells == []
+    no_drafts = dataclasses.replace(toy_factory("NoDraftsToy"), supports_speculative=False)
+    cells = {c.name: c for c in run_gate(no_drafts, GateConfig(oracle=False)).cells}
+    assert "does not support speculative decoding" in cells["n-gram drafts"].skipped
+    assert cells["n-gram drafts"].passed and cells["all at once"].passed
+
+
+def test_a_cell_whose_condition_was_not_reached_fails():
+    cell = CellReport("preemption + resume", "…", conditions=[Condition("preemptions", 0, "> 0")])
+    assert not cell.passed
+    assert CellReport("x", "…", conditions=[Condition("bad words generated", 0, "= 0")]).passed
+
+
+def test_the_audit_names_a_host_table_entry_that_no_longer_matches_the_request():
+    llm = LLM(toy_factory(), max_num_seqs=2)
+    llm.add_request([5, 6, 7], SamplingParams(max_tokens=6, ignore_eos=True))
+    llm.step()
+    llm.step()
+    engine = llm._engine
+    runner = engine.runner
+    audit_engine(engine)  # consistent
+    (req,) = engine.scheduler.running
+    runner.table.ids[req.slot, 1] = 99  # a late token of a previous owner, say
+    with pytest.raises(ContractViolation, match=rf"host token table of slot {req.slot} .* holds 99 at position 1"):
+        audit_engine(engine)
+
+
+def test_the_watchdog_counts_only_steps_without_progress():
+    req = Request(4, (1, 2, 3), SamplingParams(max_tokens=3), 0, None)
+    dog = ProgressWatchdog(3)
+    for _ in range(2):
+        dog.after_step([req], 0)  # the first step sees the request: progress; then one idle step
+    req.num_computed = 2  # a prefill chunk ran: progress resets the count
+    dog.after_step([req], 0)
+    dog.after_step([req], 0)
+    dog.after_step([req], 0)
+    with pytest.raises(EngineStalledError, match=r"3 steps without progress.*request 4 \(waiting, 2/3") as caught:
+        dog.after_step([req], 0)
+    assert caught.value.request_ids == (4,) and isinstance(caught.value, TokenStateError)
+    req.num_computed = 0  # a preemption: below the high-water mark is no progress
+    with pytest.raises(EngineStalledError):
+        dog.after_step([req], 0)
+    assert default_stall_limit(128, 4) == 96
+    with pytest.raises(TokenStateError, match="positive int"):
+        ProgressWatchdog(0)

@@ -1,0 +1,208 @@
+"""The token gate: the same requests through the sync path, the async path and the HF oracle.
+
+For each request and path the gate reports ``matched/total`` — the length of the prefix that agrees
+with the reference — and, on a divergence, the first diverging output token with the step and batch
+row that produced it and whether that row was stale (its input id spliced in on the device). That
+is the information that otherwise takes a per-layer trace to find.
+
+References: the async path is compared with the sync path; both are compared with the oracle when
+transformers is installed (teacher-forced, see :mod:`tokenstate.tools.oracle`).
+
+By default the gate runs the baseline schedule below and then the schedule matrix
+(:mod:`tokenstate.tools.gate_matrix`): one cell per bug family — random row order, preemption and
+resume, chunked prefill and budget skips, early stops and slot reuse, penalties and bad words,
+n-gram drafts, the fallback path, all at once — each reporting that its condition was reached. ``quick=True`` runs the
+baseline alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tokenstate.contracts import ConfigError, TokenStateError, checks_mode
+from tokenstate.runtime.llm import LLM
+from tokenstate.runtime.outputs import RequestOutput
+from tokenstate.runtime.params import SamplingParams
+from tokenstate.runtime.registry import ModelFactory
+from tokenstate.tools.gate_compare import Divergence, PathResult, compare_tokens
+from tokenstate.tools.gate_matrix import (
+    CELLS,
+    MATRIX_MIN_REQUESTS,
+    MATRIX_MIN_TOKENS,
+    CellReport,
+    MatrixContext,
+    run_cell,
+)
+
+__all__ = ["Divergence", "GateConfig", "GateReport", "PathResult", "builtin_prompts", "run_gate"]
+
+# Prompt lengths of the built-in request set: single tokens, short prompts, and prompts longer than
+# the step budget (chunked prefill) — with more requests than slots, prefills share steps with
+# decodes and slots get reused.
+_LENGTHS = (1, 5, 70, 3, 17, 41, 9, 2, 33, 96, 12, 6)
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """How the gate runs: request count and length, batch shape, seed, device, checks mode."""
+
+    num_requests: int = 8
+    max_tokens: int = 32
+    max_num_seqs: int = 4
+    max_num_batched_tokens: int = 32
+    seed: int = 0
+    device: str = "cpu"
+    checks: str | None = None
+    oracle: bool = True
+    quick: bool = False  # the baseline schedule only, no schedule matrix
+
+    def __post_init__(self) -> None:
+        for name in ("num_requests", "max_tokens", "max_num_seqs", "max_num_batched_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"gate: {name} must be a positive int, got {value!r}.")
+
+
+@dataclass
+class GateReport:
+    """The gate's result for one model."""
+
+    model: str
+    comparisons: list[str]
+    requests: list[dict[str, PathResult]] = field(default_factory=list)
+    stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    prompt_lens: list[int] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)  # path -> the contract error it raised
+    cells: list[CellReport] = field(default_factory=list)  # the schedule matrix (empty: quick)
+
+    def totals(self) -> dict[str, tuple[int, int]]:
+        """``comparison -> (matched, total)`` over all requests."""
+        return {
+            c: (sum(r[c].matched for r in self.requests), sum(r[c].total for r in self.requests))
+            for c in self.comparisons
+        }
+
+    @property
+    def baseline_passed(self) -> bool:
+        return not self.errors and all(r[c].ok for r in self.requests for c in self.comparisons)
+
+    @property
+    def passed(self) -> bool:
+        return self.baseline_passed and all(cell.passed for cell in self.cells)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "passed": self.passed,
+            "totals": {c: {"matched": m, "total": t} for c, (m, t) in self.totals().items()},
+            "stats": self.stats,
+            "errors": self.errors,
+            "requests": [
+                {
+                    "request_id": i,
+                    "prompt_len": self.prompt_lens[i],
+                    **{c: asdict(result) for c, result in r.items()},
+                }
+                for i, r in enumerate(self.requests)
+            ],
+            "cells": [cell.to_json() for cell in self.cells],
+        }
+
+
+def builtin_prompts(vocab_size: int, max_model_len: int, config: GateConfig) -> list[list[int]]:
+    """The deterministic request set: mixed lengths that force chunked prefill and mixed steps."""
+    rng = random.Random(config.seed)
+    longest = max(1, max_model_len - config.max_tokens - 1)
+    lengths = [min(_LENGTHS[i % len(_LENGTHS)], longest) for i in range(config.num_requests)]
+    return [[rng.randrange(vocab_size) for _ in range(n)] for n in lengths]
+
+
+def _shared_model(llm: LLM) -> ModelFactory:
+    """A factory whose every build returns ``llm``'s model: the matrix's engines share its weights.
+
+    Engines run one after the other and each allocates its slots afresh, so sharing is safe, and
+    building (or loading) a model is the slow part of a tiny engine.
+    """
+    model = llm.model
+    return dataclasses.replace(
+        llm.factory, build=lambda config, *, device, seed: model, presets={"shared": {}}
+    )
+
+
+def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[int]] | None = None) -> GateReport:
+    """Run the gate for one model (a preset/architecture name, a factory, or an HF directory).
+
+    A path whose forward raises a contract error (a stale read, a placeholder in the embedding) is
+    recorded in ``report.errors`` — the gate fails, and the error names the rows.
+    """
+    config = config or GateConfig()
+    params = SamplingParams(max_tokens=config.max_tokens, ignore_eos=True)
+    settings = {
+        "device": config.device, "max_num_seqs": config.max_num_seqs,
+        "max_num_batched_tokens": config.max_num_batched_tokens, "seed": config.seed,
+    }  # fmt: skip
+    first = LLM(model, async_scheduling=False, **settings)
+    shared = _shared_model(first)
+    if prompts is None:
+        prompts = builtin_prompts(first.model.vocab_size, first.model.max_model_len, config)
+    comparisons = ["async vs sync"]
+    if config.oracle and _oracle_ready() and first.factory.save is not None:
+        comparisons += ["sync vs oracle", "async vs oracle"]
+    report = GateReport(model=first.factory.name, comparisons=comparisons, prompt_lens=[len(p) for p in prompts])
+    outputs: dict[str, list[RequestOutput]] = {}
+    for path in ("sync", "async"):
+        engine = first if path == "sync" else LLM(shared, async_scheduling=True, **settings)
+        try:
+            with checks_mode(config.checks) if config.checks else contextlib.nullcontext():
+                outputs[path] = engine.generate(prompts, params)
+        except TokenStateError as exc:
+            report.errors[path] = f"{type(exc).__name__}: {exc}"
+        report.stats[path] = engine.stats.as_dict()
+    if report.errors:
+        return report
+    oracle = None
+    if "sync vs oracle" in comparisons:
+        from tokenstate.tools.oracle import HFOracle
+
+        oracle = HFOracle(first.factory, first.model)
+    for i, prompt in enumerate(prompts):
+        sync, async_ = outputs["sync"][i], outputs["async"][i]
+        row = {"async vs sync": compare_tokens("async vs sync", sync.token_ids, async_)}
+        if oracle is not None:
+            for path, out in (("sync", sync), ("async", async_)):
+                name = f"{path} vs oracle"
+                row[name] = compare_tokens(name, oracle.greedy_choices(prompt, list(out.token_ids)), out)
+        report.requests.append(row)
+    if not config.quick:
+        # The matrix needs enough requests and tokens to reach its conditions whatever the
+        # baseline's size; it reuses the baseline's outputs when its request set is the same.
+        matrix = dataclasses.replace(
+            config, num_requests=max(config.num_requests, MATRIX_MIN_REQUESTS),
+            max_tokens=max(config.max_tokens, MATRIX_MIN_TOKENS),
+        )  # fmt: skip
+        matrix_prompts = builtin_prompts(first.model.vocab_size, first.model.max_model_len, matrix)
+        if matrix_prompts == prompts and matrix.max_tokens == config.max_tokens:
+            baseline = [o.token_ids for o in outputs["sync"]]
+        else:
+            reference = LLM(shared, async_scheduling=False, **settings)
+            matrix_params = SamplingParams(max_tokens=matrix.max_tokens, ignore_eos=True)
+            baseline = [o.token_ids for o in reference.generate(matrix_prompts, matrix_params)]
+        context = MatrixContext(
+            factory=shared, prompts=matrix_prompts, baseline=baseline,
+            max_tokens=matrix.max_tokens, max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_model_len=first.model.max_model_len, seed=config.seed, device=config.device,
+            checks=config.checks, oracle=oracle,
+        )  # fmt: skip
+        report.cells = [run_cell(cell, context) for cell in CELLS]
+    return report
+
+
+def _oracle_ready() -> bool:
+    from tokenstate.tools.oracle import oracle_available
+
+    return oracle_available()

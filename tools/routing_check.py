@@ -1,0 +1,103 @@
+"""``tokenstate check``: run the routing checker over the model registry.
+
+The checker itself (``tokenstate.checker``) knows nothing of the registry — contracts
+never import runtime — so this module turns registered factories into checker targets: each
+factory's forward (``ep.__wrapped__``) located by module and qualified name, its declared
+``honors_device_token_ids``, and its ``build`` function (which tells the checker the model's class
+when the forward's ``model`` parameter is not annotated). The only code executed is the import of
+the registry and of the packages named with ``--module``; the forwards are read, never run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+from collections.abc import Sequence
+
+from tokenstate.checker import CheckerConfig, CheckReport, EntryTarget, check_entry_points
+from tokenstate.contracts import ConfigError, ContractDefinitionError, get_checks_mode
+from tokenstate.runtime.cli_support import factories_in, import_modules
+from tokenstate.runtime.registry import ModelFactory
+
+__all__ = ["add_check_arguments", "check_registry", "main_check", "run_check", "target_of"]
+
+
+def _location(fn: object) -> tuple[str, str] | None:
+    """``(module, qualname)`` of a plain module-level function (after unwrapping decorators)."""
+    fn = inspect.unwrap(fn)  # type: ignore[arg-type]
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not inspect.isfunction(fn) or not module or not qualname or "<locals>" in qualname:
+        return None
+    return module, qualname
+
+
+def target_of(factory: ModelFactory) -> EntryTarget:
+    """The checker target of one registered factory."""
+    forward = _location(factory.forward.__wrapped__)
+    if forward is None:
+        raise ContractDefinitionError(
+            f"factory {factory.name}: its forward {factory.forward!r} is not a module-level function, "
+            "so the routing checker cannot find its source; define the forward at module level."
+        )
+    build = _location(factory.build)
+    return EntryTarget(
+        name=factory.name,
+        module=forward[0],
+        qualname=forward[1],
+        declared=factory.honors_device_token_ids,
+        model_module=None if build is None else build[0],
+        model_qualname=None if build is None else build[1],
+    )
+
+
+def check_registry(
+    modules: Sequence[str] = (),
+    config: CheckerConfig | None = None,
+    *,
+    selected: Sequence[ModelFactory] | None = None,
+) -> CheckReport:
+    """Import ``modules`` (so their factories register), then check the registered factories.
+
+    With ``modules``, only factories whose forward lives in one of those packages are checked; with
+    ``selected``, only those factories.
+    """
+    import_modules(modules)
+    chosen = factories_in(modules) if selected is None else list(selected)
+    return check_entry_points([target_of(f) for f in chosen], config)
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``tokenstate check``."""
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--module", action="append", default=[], metavar="PKG",
+        help="import PKG (the current directory is importable) and check only the forwards it "
+        "defines; repeatable",
+    )
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Run ``tokenstate check``: 0 when clean, 1 on findings (errors propagate as TokenStateError)."""
+    report = check_registry(args.module)
+    print(report.to_json() if args.json else report.render())
+    return 1 if report.findings else 0
+
+
+def main_check(argv: list[str]) -> int:
+    """``tokenstate check [--json] [--module PKG ...]``: 0 when clean, 1 on findings, 2 on errors."""
+    parser = argparse.ArgumentParser(
+        prog="tokenstate check",
+        description="Statically check that every registered forward embeds device token ids.",
+    )
+    add_check_arguments(parser)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    try:
+        get_checks_mode()
+        return run_check(args)
+    except (ConfigError, ContractDefinitionError) as exc:
+        print(f"tokenstate check: error: {exc}", file=sys.stderr)
+        return 2

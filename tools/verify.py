@@ -1,0 +1,199 @@
+"""``tokenstate verify``: routing checker → token gate → spec ledger, one verdict.
+
+1. The routing checker over every registered forward (findings: ignores / unknown / a verdict that
+   contradicts the declared opt-in).
+2. The token gate for every registered model: sync vs async, and both vs the HF oracle when
+   transformers is installed, on a built-in request set that forces chunked prefill and mixed
+   prefill/decode steps.
+3. The spec ledger: the spec tests run in a pytest subprocess (so every paid item's red-before is
+   re-proved now), and the ledger they write is summarised.
+
+Exit status 0 when all three are clean; 1 on any finding, divergence, failing item or lost
+red-before; 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tokenstate.contracts import ConfigError
+from tokenstate.ledger.ledger import Ledger
+from tokenstate.ledger.report import is_healthy
+from tokenstate.runtime.cli_support import factory_of_model
+from tokenstate.tools.gate_cli import (
+    add_model_arguments,
+    gate_config,
+    gate_models,
+    render_gate,
+    run_gates,
+)
+from tokenstate.tools.routing_check import check_registry
+
+__all__ = ["SpecSummary", "add_verify_arguments", "find_specs_root", "run_spec_tests", "run_verify"]
+
+
+@dataclass
+class SpecSummary:
+    """What the spec run showed (``ran=False`` with ``note`` when it could not run)."""
+
+    ran: bool
+    note: str = ""
+    paid: int = 0
+    owed: int = 0
+    verified: int = 0
+    unhealthy: list[str] = field(default_factory=list)  # "ID: state/result/red-before"
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return not self.unhealthy
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ran": self.ran, "note": self.note, "paid": self.paid, "owed": self.owed,
+            "red_before_verified": self.verified, "unhealthy": self.unhealthy,
+            "passed": self.passed, "seconds": round(self.seconds, 1),
+        }
+
+
+def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument(
+        "--specs", type=Path, default=None, metavar="DIR",
+        help="the checkout whose specs/ to re-prove (default: found from the current directory)",
+    )
+    parser.add_argument("--no-specs", action="store_true", help="skip the spec ledger step")
+
+
+def find_specs_root(start: Path) -> Path | None:
+    """The nearest directory at or above ``start`` holding ``specs/*.md`` and a pyproject.toml."""
+    for folder in (start, *start.parents):
+        if (folder / "pyproject.toml").is_file() and any((folder / "specs").glob("*.md")):
+            return folder
+    return None
+
+
+def run_spec_tests(root: Path) -> SpecSummary:
+    """Run ``pytest specs`` in ``root`` (a subprocess: the plugin needs a fresh session) and read the ledger."""
+    try:
+        import pytest  # noqa: F401
+    except ImportError:
+        return SpecSummary(False, "pytest is not installed: pip install 'tokenstate[verify]'")
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="tokenstate-verify-") as tmp:
+        ledger_file = Path(tmp) / "ledger.json"
+        cmd = [sys.executable, "-m", "pytest", "specs", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+               "--tokenstate-ledger", str(ledger_file)]
+        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=dict(os.environ))
+        if not ledger_file.is_file():
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
+            return SpecSummary(False, f"the spec run wrote no ledger (pytest exit {proc.returncode}): " + " | ".join(tail))
+        ledger = Ledger.read(ledger_file)
+    summary = SpecSummary(True, f"pytest specs in {root}", seconds=time.perf_counter() - start)
+    for entry in ledger.items:
+        summary.paid += entry.state == "paid"
+        summary.owed += entry.state == "owed"
+        summary.verified += entry.state == "paid" and entry.red_before_verified is True
+        if not is_healthy(entry):
+            red = {True: "verified", False: "LOST", None: "—"}[entry.red_before_verified]
+            summary.unhealthy.append(f"{entry.id}: {entry.state}, last result {entry.last_result}, red-before {red}")
+    if proc.returncode not in (0, 1):
+        summary.unhealthy.append(f"pytest exited {proc.returncode}")
+    return summary
+
+
+def _render_checker(report: Any, console: Console) -> None:
+    table = Table(title="routing checker", title_justify="left")
+    longest = max((len(r.entry) for r in report.results), default=11)
+    table.add_column("entry point", no_wrap=True, min_width=longest)
+    for column in ("declared", "verdict", "finding"):
+        table.add_column(column, overflow="fold")
+    for r in report.results:
+        declared = {True: "honors", False: "does not honor", None: "—"}[r.declared]
+        table.add_row(r.entry, declared, r.verdict.value, f"[red]{r.finding}[/]" if r.finding else "[green]none[/]")
+    console.print(table)
+    for r in report.findings:
+        for route in r.routes:
+            console.print(f"  {r.entry}: {route.render() if hasattr(route, 'render') else route}")
+
+
+def _specs_root(args: argparse.Namespace) -> Path | None:
+    """Where the spec step will run, checked before anything else runs (``None``: not run)."""
+    if args.no_specs:
+        return None
+    if args.specs is None:
+        return find_specs_root(Path.cwd())
+    root = Path(args.specs)
+    if not root.is_dir():
+        raise ConfigError(f"--specs {root}: no such directory; pass the checkout that holds specs/.")
+    if not any((root / "specs").glob("*.md")):
+        raise ConfigError(f"--specs {root}: no specs/*.md there; pass the checkout that holds specs/.")
+    return root.resolve()
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    console = Console(stderr=args.json)
+    specs_root = _specs_root(args)
+    models = gate_models(args)  # imports --module packages so their factories register
+    # The checker covers what the gate covers: the named models, or every registered one.
+    selected = [factory_of_model(m) for m in models] if args.model or args.module else None
+    with console.status("routing checker", spinner="dots") if not args.json else contextlib.nullcontext():
+        checker = check_registry((), selected=None if selected is None else list(dict.fromkeys(selected)))
+    if not args.json:
+        _render_checker(checker, console)
+    gates = run_gates(models, gate_config(args), console, quiet=args.json)
+    if not args.json:
+        render_gate(gates, console)
+    specs = _spec_step(args, specs_root, console)
+    passed = not checker.findings and all(g.passed for g in gates) and specs.passed
+    if args.json:
+        print(json.dumps({
+            "passed": passed,
+            "checker": json.loads(checker.to_json()),
+            "gate": [g.to_json() for g in gates],
+            "specs": specs.to_json(),
+        }, indent=2))
+    else:
+        _render_specs(specs, console)
+        verdict = "[bold green]verify: PASS[/]" if passed else "[bold red]verify: FAIL[/]"
+        console.print(
+            f"{verdict} — {len(checker.results)} entry point(s), {len(checker.findings)} finding(s); "
+            f"{sum(g.passed for g in gates)}/{len(gates)} model(s) through the gate; "
+            + (f"specs {specs.paid} paid ({specs.verified} red-before verified), {specs.owed} owed"
+               if specs.ran else f"specs not run ({specs.note})")
+        )
+    return 0 if passed else 1
+
+
+def _spec_step(args: argparse.Namespace, root: Path | None, console: Console) -> SpecSummary:
+    if args.no_specs:
+        return SpecSummary(False, "skipped (--no-specs)")
+    if root is None:
+        return SpecSummary(False, "no specs/ found above the current directory; pass --specs DIR")
+    with console.status("re-proving the spec ledger (pytest specs)", spinner="dots") if not args.json else contextlib.nullcontext():
+        return run_spec_tests(root)
+
+
+def _render_specs(specs: SpecSummary, console: Console) -> None:
+    if not specs.ran:
+        console.print(f"spec ledger: not run — {specs.note}")
+        return
+    console.print(
+        f"spec ledger: {specs.paid} paid ({specs.verified} red-before verified), {specs.owed} owed "
+        f"[{specs.seconds:.0f} s]"
+    )
+    for line in specs.unhealthy:
+        console.print(f"  [red]{line}[/]")
