@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
 from torch import nn
@@ -15,9 +12,9 @@ from tokenstate.models import fused_linear
 from tokenstate.models.fused_linear import FusedProjection, onednn_packing_available
 from tokenstate.models.llama import FACTORY
 
+from ._recorded import recorded_rows
 from .cpu_serving_mutants import gathers_the_caches, packed_cache_never_revalidated
 
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results.json"
 VOCAB = 512  # tiny-llama
 
 
@@ -108,7 +105,6 @@ def test_decode_step_reads_the_caches_in_place() -> None:
 
 @pytest.mark.owed("CPU-3")
 def test_recorded_run_meets_the_vllm_target() -> None:
-    rows = json.loads(RESULTS.read_text(encoding="utf-8"))["rows"] if RESULTS.is_file() else []
-    vllm = [r for r in rows if r.get("benchmark") == "engine_vs_peers" and "vLLM-CPU" in r["measure"]]
+    vllm = [r for r in recorded_rows("engine_vs_peers") if "vLLM-CPU" in r["measure"]]
     assert len(vllm) == 4, f"the recorded run has {len(vllm)} of the 4 vLLM cells"
     assert all(r["pass"] for r in vllm), [(r["measure"], r["ratio"]) for r in vllm]
