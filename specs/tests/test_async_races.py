@@ -8,15 +8,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tokenstate.runtime import LLM, SamplingParams
-from tokenstate.runtime.request import Request
 from tokenstate.contracts import ContractViolation
+from tokenstate.runtime import LLM, SamplingParams
 from tokenstate.runtime.gate import GateConfig, run_gate
+from tokenstate.runtime.request import Request
 from tokenstate.runtime.scheduler import Scheduler
 from tokenstate.runtime.step_audit import audit_engine
-from tokenstate.runtime.workload import Arrival, run_workload
 from tokenstate.runtime.testing import toy_factory
 from tokenstate.runtime.watchdog import EngineStalledError
+from tokenstate.runtime.workload import Arrival, run_workload
 
 from .async_scheduling_mutants import (
     bad_words_read_host_table,
