@@ -151,13 +151,11 @@ def _in_flight_cell_stats(preset: str) -> dict[str, int]:
     return cell.stats["async"]
 
 
-@pytest.mark.slow
 @pytest.mark.owed("ASY-15")
 def test_the_gate_hands_a_slot_over_while_its_late_token_is_in_flight():
     assert _in_flight_cell_stats("tiny-llama")["slots_handed_over_in_flight"] > 0
 
 
-@pytest.mark.slow
 @pytest.mark.owed("ASY-16")
 def test_the_gate_catches_a_readmission_with_a_token_in_flight():
     import sys
@@ -169,8 +167,8 @@ def test_the_gate_catches_a_readmission_with_a_token_in_flight():
     patch = apply_mutant("readmit-with-token-in-flight")
     try:
         with pytest.raises(ContractViolation):
-            for preset in ("tiny-llama", "tiny-nemotron-h", "tiny-kimi-linear"):
-                if not run_gate(preset, GateConfig(oracle=False)).passed:
-                    raise ContractViolation("gate failed")
+            # One reference model keeps this owed test cheap in the default tier.
+            if not run_gate("tiny-llama", GateConfig(oracle=False)).passed:
+                raise ContractViolation("gate failed")
     finally:
         patch.undo()
