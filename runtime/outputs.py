@@ -89,6 +89,7 @@ class EngineStats:
         reordered_steps: steps whose rows the ``"random"`` scheduling order permuted.
         skipped_rows: times a running request that wanted a row was left out of a step by the
             token budget (it rejoins a later step).
+        skipped_prefill_rows: ... of those, rows of a request still prefilling (its next chunk waits).
         drafts_proposed: speculative draft tokens scheduled for verification.
         drafts_accepted: drafts the target model confirmed (each one emitted a token for free).
         drafts_rejected: drafts it refused (their positions are recomputed later).
@@ -98,6 +99,8 @@ class EngineStats:
         preempted_awaiting_drafts: ... of those, preemptions while its drafts were being verified.
         slots_handed_over_in_flight: admissions to a slot whose previous owner was preempted and
             still had a token in flight: that token resolves after the slot has a new owner.
+        readmissions_held_in_flight: times a preempted request that would fit again waited one
+            more step because its token was still in flight (it must re-prefill that token too).
     """
 
     async_steps: int = 0
@@ -115,6 +118,8 @@ class EngineStats:
     preempted_in_flight: int = 0
     preempted_awaiting_drafts: int = 0
     slots_handed_over_in_flight: int = 0
+    skipped_prefill_rows: int = 0
+    readmissions_held_in_flight: int = 0
 
     @property
     def total_steps(self) -> int:

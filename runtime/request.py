@@ -40,6 +40,7 @@ class Request:
     arrival: int = -1  # priority: lower arrived earlier and is preempted last
     admissions: int = 0  # how often the request was admitted to a slot (1 + preemptions survived)
     awaiting_drafts: bool = False  # a row with drafts is in flight: its emitted count is unknown
+    num_discarded: int = 0  # resolved tokens that did not join the output (only ever after its finish)
     # The drafts proposed on the device after the request's last resolved sampling row, as the host
     # learnt them at that step's sync point (fed as fresh host ids on the synchronous path).
     host_drafts: tuple[int, ...] = ()

@@ -165,7 +165,10 @@ class Scheduler:
             self.stats.slot_reuses += 1
         self._used_slots.add(req.slot)
         previous = self._lost_in_flight.pop(req.slot, None)
-        if previous is not None and previous is not req and previous.num_inflight:
+        # The previous owner's late token is still in flight only while that owner waits: it is
+        # never re-admitted before its in-flight tokens resolved (then num_inflight counts rows of
+        # its new slot, and this slot's late token has resolved long ago).
+        if previous is not None and previous is not req and previous.slot < 0 and previous.num_inflight:
             self.stats.slots_handed_over_in_flight += 1
         req.prefill_len = req.num_known
         req.num_computed = 0
@@ -187,6 +190,7 @@ class Scheduler:
                 continue  # preempted earlier in this step
             if budget == 0:
                 self.stats.skipped_rows += 1  # rejoins a later step where it left off
+                self.stats.skipped_prefill_rows += req.num_computed < req.prefill_len
                 continue
             num_new = min(req.num_tokens - req.num_computed, budget)
             if not self._reserve(req, num_new, scheduled):
@@ -199,10 +203,12 @@ class Scheduler:
         admitted: list[Request] = []
         while self.waiting and budget > 0 and self._free_slots:
             req = self.waiting[0]
-            if req.num_inflight:
-                break  # its in-flight tokens resolve first: it re-prefills all the host knows
             num_new = min(req.num_known, budget)
             if self.kv_cache_tokens is not None and self._kv_free() < num_new:
+                break
+            if req.num_inflight:
+                # Its in-flight tokens resolve first: it re-prefills all the host knows.
+                self.stats.readmissions_held_in_flight += 1
                 break
             self.waiting.pop(0)
             self._admit(req)
@@ -280,6 +286,7 @@ class Scheduler:
             for k in range(count):
                 if not self._emits(req):
                     self.stats.discarded_tokens += 1  # an idle row: its request is done
+                    req.num_discarded += 1
                     continue
                 kept[i + k] = True
                 record[i + k] = same_slot

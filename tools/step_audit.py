@@ -5,6 +5,10 @@ a rare schedule (a slot reused in the very step its previous owner's token resol
 checks, after a step, what must hold for every request whatever the schedule:
 
 * a waiting request holds no slot and no computed positions (a preempted request rolls nothing back);
+* no unfinished request has had a resolved token dropped: every token the device sampled for it is
+  in its output (a token that resolves after a preemption still belongs to the request; only a
+  finished request's in-flight rows are discarded) — outputs alone cannot show this, since a
+  greedy or seeded resume recomputes the dropped token;
 * no two running requests share a slot, and each has ``0 <= num_computed <= num_tokens``;
 * the host token table of a running request's slot holds exactly the tokens the host knows about it
   (prompt + resolved output) and ``PLACEHOLDER`` beyond them — nothing a previous owner's late
@@ -37,6 +41,13 @@ def _fail(problem: str) -> None:
 def audit_engine(engine: Engine) -> None:
     """Raise :class:`~tokenstate.contracts.ContractViolation` on the first broken invariant."""
     scheduler, runner = engine.scheduler, engine.runner
+    for req in (*scheduler.running, *scheduler.waiting):
+        if req.num_discarded:
+            _fail(
+                f"request {req.request_id} is unfinished but {req.num_discarded} token(s) resolved for "
+                "it were discarded instead of joining its output (only a finished request's tokens "
+                "may be discarded)"
+            )
     for req in scheduler.waiting:
         if req.slot != -1 or req.num_computed != 0:
             _fail(

@@ -255,3 +255,15 @@ def recurrent_drafts_not_rolled_back(patch: MutantPatch) -> None:
     from tokenstate.models.draft_checkpoints import StateCheckpoints
 
     patch.setattr(StateCheckpoints, "restore", lambda self, plan, states: None)
+
+
+@mutant(
+    "ASY-14/drop-token-of-preempted",
+    doc="A token resolved after its request was preempted is dropped instead of joining the output; "
+    "a greedy or seeded resume recomputes it, so outputs alone cannot show the bug.",
+)
+def drop_token_of_preempted(patch: MutantPatch) -> None:
+    from tokenstate.runtime.scheduler import Scheduler
+
+    emits = Scheduler._emits
+    patch.setattr(Scheduler, "_emits", staticmethod(lambda req: emits(req) and req.slot >= 0))
