@@ -86,6 +86,19 @@ class GateReport:
             for c in self.comparisons
         }
 
+    def problems(self) -> list[str]:
+        """One line per raised path error and per diverging request (first divergence named)."""
+        lines = [f"the {path} path raised {error}" for path, error in self.errors.items()]
+        for i, row in enumerate(self.requests):
+            for comparison, result in row.items():
+                if result.divergence is not None:
+                    lines.append(
+                        f"request {i} (prompt {self.prompt_lens[i]} tokens), {comparison}: "
+                        f"{result.matched}/{result.total} tokens match; first divergence "
+                        f"{result.divergence.describe()}"
+                    )
+        return lines
+
     @property
     def baseline_passed(self) -> bool:
         return not self.errors and all(r[c].ok for r in self.requests for c in self.comparisons)

@@ -136,15 +136,8 @@ def render_gate(reports: list[GateReport], console: Console) -> None:
     if any(r.cells for r in reports):
         _render_cells(reports, console)
     for r in reports:
-        for path, error in r.errors.items():
-            console.print(f"[red]{r.model}, {path} path raised[/] {error}")
-        for i, row in enumerate(r.requests):
-            for comparison, result in row.items():
-                if result.divergence is not None:
-                    console.print(
-                        f"[red]{r.model}[/] request {i} (prompt {r.prompt_lens[i]} tokens), {comparison}: "
-                        f"{result.matched}/{result.total}; first divergence {result.divergence.describe()}"
-                    )
+        for problem in r.problems():
+            console.print(f"[red]{r.model}[/] {problem}", markup=True, highlight=False)
 
 
 def _cell_tokens(cell: CellReport) -> str:

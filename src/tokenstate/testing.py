@@ -115,16 +115,7 @@ def _checked_prompts(prompts: Sequence[Sequence[int]]) -> list[list[int]]:
 
 def _describe_report(report: Any) -> str:
     lines = [f"async scheduling diverged from sync scheduling for model {report.model!r}:"]
-    lines += [f"  the {path} path raised {error}" for path, error in report.errors.items()]
-    for i, row in enumerate(report.requests):
-        for comparison, result in row.items():
-            if result.divergence is not None:
-                lines.append(
-                    f"  request {i} (prompt {report.prompt_lens[i]} tokens), {comparison}: "
-                    f"{result.matched}/{result.total} tokens match; first divergence "
-                    f"{result.divergence.describe()}"
-                )
-    return "\n".join(lines)
+    return "\n".join(lines + [f"  {problem}" for problem in report.problems()])
 
 
 def _assert_engine(generate: EngineGenerate, prompts: list[list[int]]) -> dict[str, list[list[int]]]:
