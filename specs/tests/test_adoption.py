@@ -48,6 +48,7 @@ def test_one_engine_serves_several_threads():
         t.join()
     assert errors == [] and len(results) == 12
     assert all(r == alone for r in results)
+    assert alone == LLM(toy_factory(), async_scheduling=False).generate(prompts, params)  # and == sync
 
 
 @pytest.mark.paid("ADO-2", before=checks_mode_read_late)

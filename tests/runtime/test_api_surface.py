@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 
@@ -115,29 +113,3 @@ def test_a_nonexistent_model_path_is_not_called_an_unknown_architecture(tmp_path
         LLM(tmp_path / "file.bin")
     with pytest.raises(ConfigError, match=r"^unknown architecture or model 'nope'"):
         LLM("nope")
-
-
-def test_llm_is_safe_to_call_from_several_threads():
-    llm = LLM(toy_factory(), async_scheduling=True, max_num_seqs=2, max_num_batched_tokens=8)
-    prompts = [[i + 1, 2, 3, 4, 5, 6, 7] for i in range(5)]
-    params = SamplingParams(max_tokens=12, ignore_eos=True)
-    reference = LLM(toy_factory(), async_scheduling=False).generate(prompts, params)
-    results, errors = [], []
-    barrier = threading.Barrier(4)
-
-    def work():
-        barrier.wait()
-        try:
-            for _ in range(3):
-                results.append(llm.generate(prompts, params))
-        except Exception as exc:  # collected: the assertion below names it
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    assert len(results) == 12
-    assert all(r == reference for r in results)
