@@ -21,13 +21,21 @@ rows either falls back to the synchronous host path (resolve now, refill the hos
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from tokenstate.contracts import ContractViolation, DeviceTokens, ForwardInput
+from tokenstate.contracts import (
+    BatchLayout,
+    ContractViolation,
+    DeviceTokens,
+    ForwardInput,
+    IndexPlan,
+    StepIndices,
+)
 from tokenstate.runtime.engine_config import ON_UNHONORED, EngineConfig, OnUnhonored
 from tokenstate.runtime.input_prep import (
     HostStepInputs,
@@ -209,7 +217,13 @@ class ModelRunner:
         self, batch: ScheduledBatch, prepared: HostStepInputs, *, use_combine: bool
     ) -> InFlight:
         """Stage the step's inputs and submit its device work; the host does not wait for it."""
-        dev = self.mirror.upload(prepared)
+        plan = self._plan_indices(prepared.layout)
+        dev = self.mirror.upload(prepared, plan, host_ids=use_combine)
+        if plan is not None:
+            # The forward's index tensors travel in the step's layout: it uploads none of its own.
+            prepared = dataclasses.replace(
+                prepared, layout=prepared.layout.with_indices(StepIndices(plan, dev.model_indices))
+            )
         guard = StepGuard()
         num_rows = len(batch.rows)
         results = self.mirror.results_buffer(
@@ -222,6 +236,11 @@ class ModelRunner:
         pending = PendingTokens(results, self.stream.record_event(), guard, prepared.layout)
         self._num_launched += 1
         return InFlight(self._num_launched - 1, batch, prepared, pending)
+
+    def _plan_indices(self, layout: BatchLayout) -> IndexPlan | None:
+        """The model's index arrays of the step, built on the host (uploaded with its inputs)."""
+        plan_indices = self.factory.plan_indices
+        return None if plan_indices is None else plan_indices(self.model, layout)
 
     def _device_step(
         self, batch: ScheduledBatch, prepared: HostStepInputs, dev: DeviceStepInputs,
