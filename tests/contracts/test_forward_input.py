@@ -138,6 +138,6 @@ def test_index_plans_refuse_what_the_staging_cannot_carry():
         IndexPlan((np.array([1, 2], dtype=np.int32),), meta=None)
     plan = IndexPlan((np.array([1, 2], dtype=np.int64),), meta=None)
     with pytest.raises(ContractViolation, match="do not match the plan"):
-        StepIndices(plan, (torch.tensor([1]),))
+        StepIndices(plan, ())
     with pytest.raises(ContractViolation, match="expected StepIndices"):
         _metadata_input().layout.with_indices(plan)  # type: ignore[arg-type]
