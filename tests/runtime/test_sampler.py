@@ -31,6 +31,17 @@ def test_greedy_is_argmax():
     assert picked.dtype == torch.int32 and picked.tolist() == logits.argmax(1).tolist()
 
 
+def test_greedy_breaks_ties_and_nans_as_argmax_does():
+    # Ties to the first index and NaN as the largest value: the rules HF's greedy decoding uses.
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randint(0, 3, (64, 4096), generator=gen).float()  # [64, 4096]: many ties per row
+    logits[::5, 17] = float("nan")
+    logits[::7, 3] = float("nan")
+    logits[1::9] = float("-inf")
+    picked = sample(logits, rows(64, temperature=0.0))
+    assert picked.tolist() == logits.argmax(1).tolist()
+
+
 def test_uniform_draws_are_a_pure_function_in_the_open_unit_interval():
     seeds = torch.arange(4000, dtype=torch.int64) * 1_000_003 + 2**61
     index = torch.arange(4000, dtype=torch.int64) % 7
