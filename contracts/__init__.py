@@ -21,7 +21,9 @@ from tokenstate.contracts.errors import (
 from tokenstate.contracts.forward_input import (
     BatchLayout as BatchLayout,
     ForwardInput as ForwardInput,
+    IndexPlan as IndexPlan,
     RowSpan as RowSpan,
+    StepIndices as StepIndices,
 )
 from tokenstate.contracts.predicate import (
     spliced_rows as spliced_rows,
@@ -45,8 +47,10 @@ __all__ = [
     "EntryPoint",
     "ForwardInput",
     "HostTokens",
+    "IndexPlan",
     "RowSpan",
     "StaleHostTokensError",
+    "StepIndices",
     "TokenStateError",
     "checks_mode",
     "entry_point",

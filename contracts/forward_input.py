@@ -19,7 +19,7 @@ import torch
 from tokenstate.contracts.errors import ContractViolation
 from tokenstate.contracts.tokens import DeviceTokens, HostTokens
 
-__all__ = ["BatchLayout", "ForwardInput", "RowSpan"]
+__all__ = ["BatchLayout", "ForwardInput", "IndexPlan", "RowSpan", "StepIndices"]
 
 _INT = (torch.int32, torch.int64)
 
@@ -58,6 +58,54 @@ def _host_int(name: str, t: object, shape: tuple[int, ...] | None = None) -> tor
 
 
 @dataclass(frozen=True, slots=True)
+class IndexPlan:
+    """A model's index arrays for one step, built on the host from the :class:`BatchLayout`.
+
+    The runtime uploads ``arrays`` in the step's one int64 staging copy (no forward uploads row
+    metadata of its own) and hands them back on the device as :attr:`BatchLayout.indices`.
+
+    Attributes:
+        arrays: 1-D int64 host arrays, in the order the model reads them back.
+        meta: the model's host-only facts about the step (row splits, run bounds...), opaque here.
+    """
+
+    arrays: tuple[np.ndarray, ...]
+    meta: object
+
+    def __post_init__(self) -> None:
+        for i, a in enumerate(self.arrays):
+            if not isinstance(a, np.ndarray) or a.dtype != np.int64 or a.ndim != 1:
+                raise ContractViolation(
+                    f"IndexPlan.arrays[{i}]: expected a 1-D int64 numpy array, got "
+                    f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}; build index "
+                    "arrays with dtype=np.int64."
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class StepIndices:
+    """An :class:`IndexPlan` after the step's upload: its arrays as device tensors.
+
+    Attributes:
+        plan: the host plan the tensors were uploaded from.
+        tensors: ``plan.arrays`` on the execution device (int64 views of the step's staging copy,
+            filled in stream order).
+    """
+
+    plan: IndexPlan
+    tensors: tuple[torch.Tensor, ...]
+
+    def __post_init__(self) -> None:
+        # A count check only: the runtime's upload splits the plan's arrays, so sizes match by
+        # construction and a per-tensor shape walk would be paid on every step.
+        if len(self.tensors) != len(self.plan.arrays):
+            raise ContractViolation(
+                f"StepIndices: {len(self.tensors)} uploaded tensors do not match the plan's "
+                f"{len(self.plan.arrays)} arrays; pass the views the upload returned for this plan."
+            )
+
+
+@dataclass(frozen=True, slots=True)
 class BatchLayout:
     """Host-side batch metadata of one step (all CPU tensors; ``rows`` as plain ints).
 
@@ -76,6 +124,8 @@ class BatchLayout:
     logits_indices: torch.Tensor  # [num_logits] int64
     _rows: list[tuple[RowSpan, ...]] = field(init=False, repr=False, compare=False)
     """Holds ``rows`` once built: a one-element list, empty until the first read."""
+    _indices: StepIndices | None = field(init=False, repr=False, compare=False)
+    """The model's device index tensors of this step (see :meth:`with_indices`)."""
 
     def __post_init__(self) -> None:
         # Validated here, once, with a few numpy operations; the RowSpan objects are built only
@@ -107,6 +157,28 @@ class BatchLayout:
                 f"BatchLayout.logits_indices must lie in [0, num_tokens={num_tokens}), got {logits.tolist()}."
             )
         object.__setattr__(self, "_rows", [])
+        object.__setattr__(self, "_indices", None)
+
+    def with_indices(self, indices: StepIndices) -> BatchLayout:
+        """This layout carrying the step's uploaded model indices (the runner calls it once).
+
+        The host fields are shared, not re-validated: they are the ones this layout checked.
+        """
+        if not isinstance(indices, StepIndices):
+            raise ContractViolation(
+                f"BatchLayout.with_indices: expected StepIndices, got {type(indices).__name__}."
+            )
+        copy = object.__new__(BatchLayout)
+        for name in ("query_start_loc", "seq_lens", "slots", "num_drafts", "logits_indices", "_rows"):
+            object.__setattr__(copy, name, getattr(self, name))
+        object.__setattr__(copy, "_indices", indices)
+        return copy
+
+    @property
+    def indices(self) -> StepIndices | None:
+        """The model's index tensors of this step, on the execution device, uploaded with the
+        step's inputs; ``None`` when the runtime planned none (a forward called directly)."""
+        return self._indices
 
     @property
     def rows(self) -> tuple[RowSpan, ...]:

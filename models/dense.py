@@ -16,10 +16,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from tokenstate.contracts import ConfigError, ForwardInput
+from tokenstate.contracts import BatchLayout, ConfigError, ForwardInput, IndexPlan
 from tokenstate.models.fused_linear import FusedProjection
 from tokenstate.models.layers import GatedMLP, RMSNorm, RotaryEmbedding, SlotAttention
 from tokenstate.models.slot_batch import SlotBatch
+from tokenstate.models.step_plan import index_plan
 from tokenstate.runtime.kernels import guarded_embedding
 
 __all__ = ["DenseConfig", "DenseDecoderLayer", "DenseForCausalLM", "DenseModel", "DenseStep", "EmbeddingTable"]
@@ -115,6 +116,13 @@ class DenseModel(nn.Module):
         """``[num_tokens, hidden]``: the honoured ids (device ids when present), guarded gather."""
         return guarded_embedding(inp.embedding_ids(), self.embed_tokens.weight)
 
+    def plan_indices(self, layout: BatchLayout) -> IndexPlan:
+        """On the host, before the step is launched: the attention's index arrays."""
+        return index_plan(attention=SlotBatch.plan(
+            layout, num_slots=self.num_slots, max_model_len=self.config.max_position_embeddings,
+            device=self.embed_tokens.weight.device,
+        ))  # fmt: skip
+
     def prepare_step(self, inp: ForwardInput) -> DenseStep:
         if self.num_slots == 0:
             raise ConfigError("model has no slots: call model.allocate_slots(num_slots) before forward.")
@@ -169,6 +177,9 @@ class DenseForCausalLM(nn.Module):
     def tie_weights(self) -> None:
         if self.model.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+
+    def plan_indices(self, layout: BatchLayout) -> IndexPlan:
+        return self.model.plan_indices(layout)
 
     def compute_logits(self, inp: ForwardInput) -> Tensor:
         """``[num_logits, vocab]`` float32 logits at ``inp.logits_indices``."""

@@ -24,15 +24,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tokenstate.contracts import ConfigError, ContractViolation, ForwardInput, RowSpan
+from tokenstate.contracts import BatchLayout, ConfigError, ContractViolation, ForwardInput, RowSpan
 from tokenstate.models.draft_checkpoints import DraftGroup, DraftPlan, StateCheckpoints
 from tokenstate.models.fused_linear import FusedProjection
+from tokenstate.models.step_plan import PlanPart, part_tensors, upload_part
 
-__all__ = ["KimiDeltaAttention", "RecurrentGroup", "delta_rule_scan", "recurrent_groups", "short_conv"]
+__all__ = [
+    "KimiDeltaAttention",
+    "RecurrentGroup",
+    "delta_rule_scan",
+    "plan_recurrent_groups",
+    "recurrent_groups",
+    "short_conv",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,38 +61,61 @@ class RecurrentGroup:
 
 def recurrent_groups(inp: ForwardInput, *, num_slots: int) -> tuple[RecurrentGroup, ...]:
     """Group the step's rows without drafts by query length (draft rows go through a
-    :class:`~tokenstate.models.draft_checkpoints.DraftPlan`); index tensors go up in one pinned,
-    non-blocking copy."""
-    bad = [r for r in inp.layout.rows if not 0 <= r.slot < num_slots]
+    :class:`~tokenstate.models.draft_checkpoints.DraftPlan`), over the index tensors the runtime
+    uploaded with the step (part ``"recurrent"`` of ``inp.layout.indices``); planned and uploaded
+    here only for a forward called without one."""
+    found = part_tensors(inp, PART)
+    if found is None:
+        part = plan_recurrent_groups(inp.layout, num_slots=num_slots)
+        found = part.meta, upload_part(part.arrays, inp.device)
+    meta, tensors = found
+    if not isinstance(meta, _GroupsPlan):
+        raise ContractViolation(f"index plan part {PART!r} was not built by plan_recurrent_groups.")
+    groups, taken = [], 0
+    for length, num_rows, tokens, slots in meta.groups:
+        if tokens is None:
+            groups.append(RecurrentGroup(length, num_rows, tensors[taken], tensors[taken + 1]))
+            taken += 2
+        else:
+            groups.append(RecurrentGroup(length, num_rows, tokens, slots))
+    return tuple(groups)
+
+
+PART = "recurrent"
+"""The name of the recurrent groups' part of a model's index plan."""
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupsPlan:
+    # (length, num_rows, token slice, slot slice) per group; slices None: the next two tensors
+    groups: tuple[tuple[int, int, slice | None, slice | None], ...]
+
+
+def plan_recurrent_groups(layout: BatchLayout, *, num_slots: int) -> PlanPart:
+    """On the host: the groups by query length, and the index arrays of those with several rows (a
+    single-row group is addressed by slices: no index at all)."""
+    bad = [r for r in layout.rows if not 0 <= r.slot < num_slots]
     if bad:
         raise ContractViolation(
             f"rows {[r.row for r in bad]} use slots {[r.slot for r in bad]}, outside the {num_slots} "
             "allocated slots; call model.allocate_slots with enough slots."
         )
     by_length: dict[int, list[RowSpan]] = {}
-    for row in inp.layout.rows:
+    for row in layout.rows:
         if row.num_drafts == 0:
             by_length.setdefault(row.query_len, []).append(row)
-    host: list[Tensor] = []
-    for rows in by_length.values():
-        if len(rows) > 1:
-            host.append(torch.tensor([t for r in rows for t in range(r.start, r.end)]))  # [G * L]
-            host.append(torch.tensor([r.slot for r in rows]))  # [G]
-    moved: list[Tensor] = []
-    if host:
-        packed = torch.cat(host)  # [sum] int64
-        if inp.device.type != "cpu":
-            packed = packed.pin_memory().to(inp.device, non_blocking=True)
-        moved = list(packed.split([h.numel() for h in host]))
-    groups, taken = [], 0
+    arrays: list[np.ndarray] = []
+    groups: list[tuple[int, int, slice | None, slice | None]] = []
     for length, rows in by_length.items():
         if len(rows) == 1:
             r = rows[0]
-            groups.append(RecurrentGroup(length, 1, slice(r.start, r.end), slice(r.slot, r.slot + 1)))
+            groups.append((length, 1, slice(r.start, r.end), slice(r.slot, r.slot + 1)))
         else:
-            groups.append(RecurrentGroup(length, len(rows), moved[taken], moved[taken + 1]))
-            taken += 2
-    return tuple(groups)
+            starts = np.array([r.start for r in rows], dtype=np.int64)
+            arrays.append((starts[:, None] + np.arange(length)).reshape(-1))  # [G * L] row-major
+            arrays.append(np.array([r.slot for r in rows], dtype=np.int64))  # [G]
+            groups.append((length, len(rows), None, None))
+    return PlanPart(_GroupsPlan(tuple(groups)), tuple(arrays))
 
 
 def short_conv(

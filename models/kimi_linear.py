@@ -23,10 +23,15 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from tokenstate.contracts import ConfigError, ForwardInput, entry_point
+from tokenstate.contracts import BatchLayout, ConfigError, ForwardInput, IndexPlan, entry_point
 from tokenstate.models.dense import EmbeddingTable
 from tokenstate.models.draft_checkpoints import DraftPlan, DraftTracker
-from tokenstate.models.kda import KimiDeltaAttention, RecurrentGroup, recurrent_groups
+from tokenstate.models.kda import (
+    KimiDeltaAttention,
+    RecurrentGroup,
+    plan_recurrent_groups,
+    recurrent_groups,
+)
 from tokenstate.models.kimi_linear_config import (
     ARCHITECTURE,
     KDA,
@@ -38,6 +43,7 @@ from tokenstate.models.layers import GatedMLP, RMSNorm
 from tokenstate.models.mla import MultiHeadLatentAttention
 from tokenstate.models.moe import SharedExpertMoE
 from tokenstate.models.slot_batch import SlotBatch
+from tokenstate.models.step_plan import index_plan, plan_model_indices
 from tokenstate.models.weights import load_state, read_config, save_checkpoint, seeded_init
 from tokenstate.runtime.kernels import guarded_embedding
 from tokenstate.runtime.registry import ModelFactory
@@ -174,6 +180,18 @@ class KimiLinear(nn.Module):
             layer.self_attn.reset_slot(slot)
         self._drafts.reset(slot)
 
+    def plan_indices(self, layout: BatchLayout) -> IndexPlan:
+        """On the host, before the step is launched: the MLA's and the KDA layers' index arrays."""
+        attention = recurrent = None
+        if self._has_mla:
+            attention = SlotBatch.plan(
+                layout, num_slots=self.num_slots, max_model_len=self.max_model_len,
+                device=self.lm_head.weight.device,
+            )  # fmt: skip
+        if self._has_kda:
+            recurrent = plan_recurrent_groups(layout, num_slots=self.num_slots)
+        return index_plan(attention=attention, recurrent=recurrent)
+
     def logits_from_embeddings(self, hidden: Tensor, inp: ForwardInput) -> Tensor:
         """Run the layers on ``[num_tokens, hidden]`` embeddings → ``[num_logits, vocab]`` float32."""
         if self.num_slots == 0:
@@ -281,5 +299,6 @@ KIMI_LINEAR = ModelFactory(
     honors_device_token_ids=True,
     presets={"tiny-kimi-linear": TINY_KIMI_LINEAR},
     supports_speculative=True,
+    plan_indices=plan_model_indices,
     name="kimi-linear",
 )

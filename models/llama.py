@@ -21,6 +21,7 @@ from tokenstate.models.config import REQUIRED, ConfigSchema, Field, divides
 from tokenstate.models.dense import DenseConfig, DenseForCausalLM
 from tokenstate.models.fused_linear import prepack
 from tokenstate.models.layers import ACTIVATIONS
+from tokenstate.models.step_plan import plan_model_indices
 from tokenstate.models.weights import (
     load_state,
     read_config,
@@ -235,5 +236,6 @@ FACTORY = ModelFactory(
     presets=PRESETS,
     preset_seed=0,
     supports_speculative=True,
+    plan_indices=plan_model_indices,
     name="llama",
 )

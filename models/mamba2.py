@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tokenstate.contracts import ConfigError, ForwardInput, RowSpan
+from tokenstate.contracts import BatchLayout, ConfigError, ContractViolation, ForwardInput, RowSpan
 from tokenstate.models.draft_checkpoints import (
     NO_DRAFTS,
     DraftGroup,
@@ -35,6 +36,7 @@ from tokenstate.models.draft_checkpoints import (
     DraftTracker,
     StateCheckpoints,
 )
+from tokenstate.models.step_plan import PlanPart, part_tensors, upload_part
 
 __all__ = ["GatedRMSNorm", "Mamba2Mixer", "RecurrentBatch"]
 
@@ -60,19 +62,44 @@ class RecurrentBatch:
 
     @classmethod
     def from_input(cls, inp: ForwardInput, tracker: DraftTracker | None = None) -> RecurrentBatch:
+        """The step's walk, from the indices the runtime uploaded with it (part ``"recurrent"`` of
+        ``inp.layout.indices``); planned and uploaded here only for a forward called without one."""
         drafts = NO_DRAFTS if tracker is None else tracker.plan(inp)
-        singles = [row for row in inp.layout.rows if row.query_len == 1]
-        chunks = tuple(row for row in inp.layout.rows if row.query_len > 1 and row.num_drafts == 0)
-        if not singles:
-            return cls(None, None, chunks, drafts=drafts)
-        # One host->device copy for both index vectors (host metadata only: no device sync).
-        index = torch.tensor(
-            [[r.start for r in singles], [r.slot for r in singles]], dtype=torch.int64
-        )
-        index = index.to(inp.device, non_blocking=True)  # [2, num_single]
+        found = part_tensors(inp, PART)
+        if found is None:
+            part = cls.plan(inp.layout)
+            found = part.meta, upload_part(part.arrays, inp.device)
+        meta, tensors = found
+        if not isinstance(meta, _RecurrentPlan):
+            raise ContractViolation(f"index plan part {PART!r} was not built by RecurrentBatch.plan.")
+        if not tensors:
+            return cls(None, None, meta.chunks, drafts=drafts)
+        single_tokens, single_slots = tensors  # [num_single] int64 each
+        return cls(single_tokens, single_slots, meta.chunks, singles_only=meta.singles_only, drafts=drafts)
+
+    @staticmethod
+    def plan(layout: BatchLayout) -> PlanPart:
+        """On the host: the one-token rows' tokens and slots (index arrays) and the chunk rows."""
+        singles = [row for row in layout.rows if row.query_len == 1]
+        chunks = tuple(row for row in layout.rows if row.query_len > 1 and row.num_drafts == 0)
         # Rows are consecutive in the flat buffer, so one-token rows covering every token are
         # exactly the tokens 0..T-1 in order.
-        return cls(index[0], index[1], chunks, singles_only=len(singles) == inp.num_tokens, drafts=drafts)
+        meta = _RecurrentPlan(chunks, singles_only=bool(singles) and len(singles) == layout.num_tokens)
+        if not singles:
+            return PlanPart(meta, ())
+        tokens = np.array([r.start for r in singles], dtype=np.int64)
+        slots = np.array([r.slot for r in singles], dtype=np.int64)
+        return PlanPart(meta, (tokens, slots))
+
+
+PART = "recurrent"
+"""The name of :class:`RecurrentBatch`'s part of a model's index plan."""
+
+
+@dataclass(frozen=True, slots=True)
+class _RecurrentPlan:
+    chunks: tuple[RowSpan, ...]
+    singles_only: bool
 
 
 class GatedRMSNorm(nn.Module):

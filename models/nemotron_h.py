@@ -23,7 +23,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from tokenstate.contracts import ConfigError, ForwardInput, entry_point
+from tokenstate.contracts import BatchLayout, ConfigError, ForwardInput, IndexPlan, entry_point
 from tokenstate.models.draft_checkpoints import DraftTracker
 from tokenstate.models.layers import RMSNorm
 from tokenstate.models.mamba2 import Mamba2Mixer, RecurrentBatch
@@ -31,6 +31,7 @@ from tokenstate.models.nemotron_h_blocks import NemotronHBlock, NemotronHStep
 from tokenstate.models.nemotron_h_config import ARCHITECTURE, parse_nemotron_h_config
 from tokenstate.models.scope import ScopedEmbedding, StepScope
 from tokenstate.models.slot_batch import SlotBatch
+from tokenstate.models.step_plan import index_plan, plan_model_indices
 from tokenstate.models.weights import load_state, read_config, save_checkpoint, seeded_init
 from tokenstate.runtime.registry import ModelFactory
 
@@ -63,6 +64,14 @@ class NemotronHBackbone(nn.Module):
         self.max_model_len: int = s["max_position_embeddings"]
         self.num_slots = 0
         self._drafts = DraftTracker()  # which slots' next row restores a draft checkpoint
+
+    def plan_indices(self, layout: BatchLayout) -> IndexPlan:
+        """On the host, before the step is launched: the attention's and the mixers' index arrays."""
+        attention = SlotBatch.plan(
+            layout, num_slots=self.num_slots, max_model_len=self.max_model_len,
+            device=self.embeddings.weight.device,
+        )  # fmt: skip
+        return index_plan(attention=attention, recurrent=RecurrentBatch.plan(layout))
 
     def forward(self, inp: ForwardInput) -> Tensor:
         """``[num_logits, hidden]`` final-normed states at ``inp.logits_indices``."""
@@ -123,6 +132,9 @@ class NemotronHForCausalLM(nn.Module):
 
     def allocate_slots(self, num_slots: int) -> None:
         self.backbone.allocate_slots(num_slots)
+
+    def plan_indices(self, layout: BatchLayout) -> IndexPlan:
+        return self.backbone.plan_indices(layout)
 
     def reset_slot(self, slot: int) -> None:
         self.backbone.reset_slot(slot)
@@ -249,5 +261,6 @@ NEMOTRON_H_FACTORY: Final = ModelFactory(
     presets={"tiny-nemotron-h": TINY_NEMOTRON_H},
     preset_seed=0,
     supports_speculative=True,
+    plan_indices=plan_model_indices,
     name="nemotron-h",
 )

@@ -9,9 +9,11 @@ sync: only host metadata is read) and shared by all layers of the step. Rows are
   key positions for the calls they take (:data:`RUN_COST_KEYS`);
 * **long rows** (prefill chunks) are attended one at a time, each over its own slot's cache.
 
-Index tensors are made on the host with a few numpy operations and uploaded in one packed copy (pinned,
-non-blocking) so a CUDA step never waits on the host; prefill chunks need no index tensor at all
-(their K/V are written as one slice of the slot's cache).
+Index arrays are made on the host with a few numpy operations (:meth:`SlotBatch.plan`, called by the
+model's ``plan_indices`` before the step is launched) and travel in the step's one staging upload,
+so a forward uploads no row metadata and a CUDA step never waits on the host
+(:mod:`tokenstate.models.step_plan`); prefill chunks need no index tensor at all (their K/V are
+written as one slice of the slot's cache).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tokenstate.contracts import ConfigError, ContractViolation, ForwardInput
+from tokenstate.contracts import BatchLayout, ConfigError, ContractViolation, ForwardInput
+from tokenstate.models.step_plan import PlanPart, part_tensors, upload_part
 
 __all__ = ["RUN_COST_KEYS", "LongRow", "ShortRows", "SlotBatch", "SlotRun"]
 
@@ -83,14 +86,6 @@ class LongRow:
     key_mask: Tensor | None  # [1, 1, n, seq_len] bool, device; None when num_computed == 0
 
 
-def _upload(values: np.ndarray, device: torch.device) -> Tensor:
-    """Host ints to one int64 tensor on ``device`` (pinned, non-blocking copy off the CPU)."""
-    packed = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))  # [len(values)]
-    if device.type == "cpu":
-        return packed
-    return packed.pin_memory().to(device, non_blocking=True)
-
-
 @dataclass(frozen=True, slots=True)
 class SlotBatch:
     """The short/long row split of one step, with the indices each part reads and writes."""
@@ -107,7 +102,30 @@ class SlotBatch:
         max_model_len: int,
         max_short_query_len: int = DEFAULT_MAX_SHORT_QUERY_LEN,
     ) -> SlotBatch:
-        layout, device = inp.layout, inp.device
+        """The step's split, from the indices the runtime uploaded with it (``inp.layout.indices``,
+        part ``"attention"``); planned and uploaded here only for a forward called without one."""
+        found = part_tensors(inp, PART)
+        if found is None:
+            part = cls.plan(
+                inp.layout, num_slots=num_slots, max_model_len=max_model_len, device=inp.device,
+                max_short_query_len=max_short_query_len,
+            )  # fmt: skip
+            found = part.meta, upload_part(part.arrays, inp.device)
+        meta, tensors = found
+        if not isinstance(meta, _SlotPlan):
+            raise ContractViolation(f"index plan part {PART!r} was not built by SlotBatch.plan.")
+        return cls.bind(meta, tensors, inp.device)
+
+    @staticmethod
+    def plan(
+        layout: BatchLayout,
+        *,
+        num_slots: int,
+        max_model_len: int,
+        device: torch.device,
+        max_short_query_len: int = DEFAULT_MAX_SHORT_QUERY_LEN,
+    ) -> PlanPart:
+        """On the host: the step's row split and the index arrays it reads (no device work)."""
         # The layout's host tensors, read as numpy: a step costs a few array ops, not a loop per row.
         qsl = layout.query_start_loc.numpy().astype(np.int64)  # [num_rows + 1]
         seq_lens = layout.seq_lens.numpy().astype(np.int64)  # [num_rows]
@@ -129,11 +147,44 @@ class SlotBatch:
         num_computed = seq_lens - query_lens  # [num_rows]
         is_short = query_lens <= max_short_query_len  # [num_rows] bool
         long_rows = tuple(
-            _long_row(int(slots[r]), int(starts[r]), int(qsl[r + 1]), int(num_computed[r]), device)
+            (int(slots[r]), int(starts[r]), int(qsl[r + 1]), int(num_computed[r]))
             for r in np.flatnonzero(~is_short).tolist()
         )
         short = _Rows(slots[is_short], starts[is_short], query_lens[is_short], num_computed[is_short])
-        return cls(_short_rows(short, device, covers_step=not long_rows), long_rows)
+        planned = _plan_short_rows(short, device, covers_step=not long_rows)
+        if planned is None:
+            return PlanPart(_SlotPlan(None, long_rows), ())
+        return PlanPart(_SlotPlan(planned.meta, long_rows), planned.arrays)
+
+    @classmethod
+    def bind(cls, meta: _SlotPlan, tensors: tuple[Tensor, ...], device: torch.device) -> SlotBatch:
+        """On the stream: the split over the uploaded index tensors (views; masks made on the device)."""
+        short = None if meta.short is None else _bind_short_rows(meta.short, tensors, device)
+        return cls(short, tuple(_long_row(*row, device) for row in meta.long_rows))
+
+
+PART = "attention"
+"""The name of :class:`SlotBatch`'s part of a model's index plan."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ShortPlan:
+    """The short rows' host-only plan: shapes, run bounds and which index arrays were sent."""
+
+    num_rows: int
+    q_max: int
+    padded: bool
+    identity: bool  # the short tokens are the whole step, in flat order: no write_tokens
+    in_place: bool  # every row sits at its own span row: no span_index
+    span: int
+    runs: tuple[tuple[int, int, int, int, bool], ...]  # (slot_lo, slot_hi, kv_len, offset, needs_mask)
+    host_masks: tuple[Tensor | None, ...] | None  # per run, on a CPU device (built on the host)
+
+
+@dataclass(frozen=True, slots=True)
+class _SlotPlan:
+    short: _ShortPlan | None
+    long_rows: tuple[tuple[int, int, int, int], ...]  # (slot, start, end, num_computed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +222,10 @@ def _slot_runs(sorted_slots: np.ndarray, kv_lens: np.ndarray) -> list[tuple[int,
     return runs
 
 
-def _short_rows(short: _Rows, device: torch.device, *, covers_step: bool) -> ShortRows | None:
+def _plan_short_rows(
+    short: _Rows, device: torch.device, *, covers_step: bool
+) -> PlanPart | None:
+    """The short rows' plan (meta: a :class:`_ShortPlan`), ``None`` without short rows."""
     num_rows = short.slots.shape[0]
     if not num_rows:
         return None
@@ -219,42 +273,48 @@ def _short_rows(short: _Rows, device: torch.device, *, covers_step: bool) -> Sho
 
     # Without padding and prefill rows, the short tokens are the whole step, in flat order.
     identity = covers_step and not padded
-    n = write_slots.shape[0]
     upload_qpos = device.type != "cpu" and any(m[4] for m in runs_meta)
-    packed = _upload(
-        np.concatenate((
-            short.slots, token_index.reshape(-1), write_slots, write_pos,
-            write_tokens[:0] if identity else write_tokens, valid_src,
-            span_index[:0] if in_place else span_index, span_qpos.reshape(-1) if upload_qpos else valid_src[:0],
-        )),
-        device,
+    host_masks = None
+    if device.type == "cpu":  # numpy on the host: a few µs cheaper per step than two torch ops
+        host_masks = tuple(
+            torch.from_numpy(np.arange(kv_len) <= span_qpos[off : off + hi - lo, :, None]).unsqueeze(1)
+            if needs_mask else None
+            for lo, hi, kv_len, off, needs_mask in runs_meta
+        )  # per run: [n, 1, Q, L] bool  # fmt: skip
+    empty = valid_src[:0]
+    arrays = (
+        short.slots, token_index.reshape(-1), write_slots, write_pos,
+        empty if identity else write_tokens, valid_src if padded else empty,
+        empty if in_place else span_index, span_qpos.reshape(-1) if upload_qpos else empty,
     )  # fmt: skip
-    sizes = (
-        num_rows, num_rows * q_max, n, n, 0 if identity else n, n if padded else 0,
-        0 if in_place else num_rows, span * q_max if upload_qpos else 0,
-    )  # fmt: skip
-    slots, token_index_t, w_slots, w_pos, w_tokens, src, span_index_t, span_qpos_t = packed.split(sizes)
+    plan = _ShortPlan(
+        num_rows, q_max, padded, identity, in_place, span, tuple(runs_meta), host_masks
+    )
+    return PlanPart(plan, tuple([np.ascontiguousarray(a, dtype=np.int64) for a in arrays]))
+
+
+def _bind_short_rows(plan: _ShortPlan, tensors: tuple[Tensor, ...], device: torch.device) -> ShortRows:
+    slots, token_index_t, w_slots, w_pos, w_tokens, src, span_index_t, span_qpos_t = tensors
+    num_rows, q_max, span = plan.num_rows, plan.q_max, plan.span
     runs = []
-    for lo, hi, kv_len, off, needs_mask in runs_meta:
+    for i, (lo, hi, kv_len, off, needs_mask) in enumerate(plan.runs):
         key_mask = None
-        if needs_mask:
-            if device.type == "cpu":  # numpy: a few µs cheaper per step than two torch ops
-                mask = np.arange(kv_len) <= span_qpos[off : off + hi - lo, :, None]  # [n, Q, L] bool
-                key_mask = torch.from_numpy(mask).unsqueeze(1)  # [n, 1, Q, L]
-            else:  # on the device, from the uploaded positions: no [n, Q, L] host-to-device copy
-                qpos = span_qpos_t.view(span, q_max)[off : off + hi - lo]  # [n, Q]
-                key_mask = (torch.arange(kv_len, device=device) <= qpos[:, :, None]).unsqueeze(1)
+        if plan.host_masks is not None:
+            key_mask = plan.host_masks[i]
+        elif needs_mask:  # on the device, from the uploaded positions: no [n, Q, L] host-to-device copy
+            qpos = span_qpos_t.view(span, q_max)[off : off + hi - lo]  # [n, Q]
+            key_mask = (torch.arange(kv_len, device=device) <= qpos[:, :, None]).unsqueeze(1)
         runs.append(SlotRun(lo, hi, kv_len, off, key_mask))
     return ShortRows(
         slots=slots,
         token_index=token_index_t.view(num_rows, q_max),
         runs=tuple(runs),
         span=span,
-        span_index=None if in_place else span_index_t,
+        span_index=None if plan.in_place else span_index_t,
         write_slots=w_slots,
         write_positions=w_pos,
-        write_tokens=None if identity else w_tokens,
-        valid_src=src if padded else None,
+        write_tokens=None if plan.identity else w_tokens,
+        valid_src=src if plan.padded else None,
     )
 
 

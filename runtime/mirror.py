@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from tokenstate.contracts import PLACEHOLDER, BatchLayout
+from tokenstate.contracts import PLACEHOLDER, BatchLayout, IndexPlan
 from tokenstate.runtime.input_prep import HostStepInputs
 from tokenstate.runtime.kernels.guard import StepGuard
 from tokenstate.runtime.scheduler import Request
@@ -37,7 +37,7 @@ _SEED_MASK = (1 << 62) - 1
 class DeviceStepInputs:
     """One step's uploaded inputs (views into the mirror's device staging buffer)."""
 
-    host_ids: torch.Tensor  # [num_tokens] int32 (PLACEHOLDER at stale positions)
+    host_ids: torch.Tensor | None  # [num_tokens] int32 (PLACEHOLDER where stale); None: not uploaded
     positions: torch.Tensor  # [num_tokens] int64
     query_start_loc: torch.Tensor  # [num_rows + 1] int32
     seq_lens: torch.Tensor  # [num_rows] int32
@@ -50,6 +50,7 @@ class DeviceStepInputs:
     sample_output_index: torch.Tensor  # [num_logits] int64
     sample_positions: torch.Tensor  # [num_logits] int64, position each sampled token occupies
     history_index: torch.Tensor  # [num_logits] int64, flat index of that position in the history
+    model_indices: tuple[torch.Tensor, ...]  # the model's IndexPlan arrays, int64 each
 
 
 class _Staging:
@@ -237,22 +238,31 @@ class DeviceMirror:
             return t.pin_memory().to(self.device, non_blocking=True)
         return t  # fresh temporaries: on the CPU mirror they already are the device copy
 
-    def upload(self, step: HostStepInputs) -> DeviceStepInputs:
-        """Move one step's host inputs to the device in two copies (int32, int64)."""
-        host_ids, qsl, seq_lens, slots, num_drafts, cu_logits = self._staging.upload((
-            step.host_tokens.placeholder_buffer().numpy(), step.query_start_loc, step.seq_lens,
-            step.slots, step.num_drafts, step.cu_num_logits,
+    def upload(
+        self, step: HostStepInputs, plan: IndexPlan | None = None, *, host_ids: bool = True
+    ) -> DeviceStepInputs:
+        """Move one step's host inputs to the device in two copies (int32, int64).
+
+        The int64 copy also carries the model's index arrays (``plan``), so no forward uploads row
+        metadata of its own; ``host_ids=False`` (a step that does not run combine) leaves the host
+        ids out: the forward reads them through ``HostTokens``, so an upload here would be unused.
+        """
+        ids_part = (step.host_tokens.placeholder_buffer().numpy(),) if host_ids else ()
+        *ids, qsl, seq_lens, slots, num_drafts, cu_logits = self._staging.upload((
+            *ids_part, step.query_start_loc, step.seq_lens, step.slots, step.num_drafts,
+            step.cu_num_logits,
         ))  # fmt: skip
         sample_slots = step.sample_slots.astype(np.int64)  # [num_logits]
         sample_positions = step.sample_positions.astype(np.int64)  # [num_logits]
         history_index = sample_slots * self.max_model_len + sample_positions  # [num_logits] int64
+        model_arrays = () if plan is None else plan.arrays
         (positions, slots_long, logits_idx, sample_slots_t, out_idx, sample_pos,
-         history_index_t) = self._staging_long.upload((
+         history_index_t, *model_indices) = self._staging_long.upload((
             step.positions, step.slots, step.logits_indices, sample_slots, step.sample_output_index,
-            sample_positions, history_index,
+            sample_positions, history_index, *model_arrays,
         ))  # fmt: skip
         return DeviceStepInputs(
-            host_ids=host_ids,
+            host_ids=ids[0] if ids else None,
             positions=positions,
             query_start_loc=qsl,
             seq_lens=seq_lens,
@@ -265,6 +275,7 @@ class DeviceMirror:
             sample_output_index=out_idx,
             sample_positions=sample_pos,
             history_index=history_index_t,
+            model_indices=tuple(model_indices),
         )
 
     def results_buffer(self, size: int) -> torch.Tensor:

@@ -18,7 +18,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from tokenstate.contracts import ConfigError, ContractDefinitionError, EntryPoint
+from tokenstate.contracts import (
+    BatchLayout,
+    ConfigError,
+    ContractDefinitionError,
+    EntryPoint,
+    IndexPlan,
+)
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -66,6 +72,10 @@ class ModelFactory:
         honors_device_token_ids: the forward reads ``inp.device_tokens`` whenever present.
         presets: embedded default configs by name (e.g. ``tiny-llama``), built with ``preset_seed``.
         supports_speculative: whether the model's state can roll back rejected draft tokens.
+        plan_indices: ``plan_indices(model, layout: BatchLayout) -> IndexPlan`` — the index arrays
+            the forward reads, built on the host; the runner uploads them with the step's inputs
+            (one copy) and the forward finds them as ``inp.layout.indices``. ``None``: the forward
+            needs no index tensor beyond :class:`~tokenstate.contracts.ForwardInput`'s own.
         name: a display name (defaults to the first architecture).
     """
 
@@ -78,6 +88,7 @@ class ModelFactory:
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     preset_seed: int = 0
     supports_speculative: bool = False
+    plan_indices: Callable[[Any, BatchLayout], IndexPlan] | None = None
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -98,6 +109,8 @@ class ModelFactory:
                 f"ModelFactory {self.name}: honors_device_token_ids must be a bool, got "
                 f"{self.honors_device_token_ids!r}."
             )
+        if self.plan_indices is not None and not callable(self.plan_indices):
+            raise ContractDefinitionError(f"ModelFactory {self.name}: plan_indices must be callable or None.")
         if not callable(self.build):
             raise ContractDefinitionError(f"ModelFactory {self.name}: build must be callable.")
 

@@ -27,7 +27,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokenstate.contracts import ContractViolation, DeviceTokens, ForwardInput
+from tokenstate.contracts import (
+    BatchLayout,
+    ContractViolation,
+    DeviceTokens,
+    ForwardInput,
+    IndexPlan,
+    StepIndices,
+)
 from tokenstate.runtime.engine_config import ON_UNHONORED, EngineConfig, OnUnhonored
 from tokenstate.runtime.input_prep import (
     HostStepInputs,
@@ -209,7 +216,12 @@ class ModelRunner:
         self, batch: ScheduledBatch, prepared: HostStepInputs, *, use_combine: bool
     ) -> InFlight:
         """Stage the step's inputs and submit its device work; the host does not wait for it."""
-        dev = self.mirror.upload(prepared)
+        layout = prepared.layout
+        plan = self._plan_indices(layout)
+        dev = self.mirror.upload(prepared, plan, host_ids=use_combine)
+        if plan is not None:
+            # The forward's index tensors travel in the step's layout: it uploads none of its own.
+            layout = layout.with_indices(StepIndices(plan, dev.model_indices))
         guard = StepGuard()
         num_rows = len(batch.rows)
         results = self.mirror.results_buffer(
@@ -217,15 +229,21 @@ class ModelRunner:
         )  # [n] int32 host buffer: sampled tokens, emitted counts, next drafts
         history = self._history_source()  # [num_slots, max_model_len] int32
         self.stream.submit(
-            self._device_step, batch, prepared, dev, use_combine, guard, results, history
+            self._device_step, batch, prepared, layout, dev, use_combine, guard, results, history
         )
         pending = PendingTokens(results, self.stream.record_event(), guard, prepared.layout)
         self._num_launched += 1
         return InFlight(self._num_launched - 1, batch, prepared, pending)
 
+    def _plan_indices(self, layout: BatchLayout) -> IndexPlan | None:
+        """The model's index arrays of the step, built on the host (uploaded with its inputs)."""
+        plan_indices = self.factory.plan_indices
+        return None if plan_indices is None else plan_indices(self.model, layout)
+
     def _device_step(
-        self, batch: ScheduledBatch, prepared: HostStepInputs, dev: DeviceStepInputs,
-        use_combine: bool, guard: StepGuard, results: torch.Tensor, history: torch.Tensor,
+        self, batch: ScheduledBatch, prepared: HostStepInputs, layout: BatchLayout,
+        dev: DeviceStepInputs, use_combine: bool, guard: StepGuard, results: torch.Tensor,
+        history: torch.Tensor,
     ) -> None:  # fmt: skip
         """On the stream: combine → checked forward → sample → post-update → history → drafts → copy."""
         mirror = self.mirror
@@ -242,7 +260,7 @@ class ModelRunner:
             host_tokens=prepared.host_tokens,
             device_tokens=device_tokens,
             positions=dev.positions,
-            layout=prepared.layout,
+            layout=layout,  # prepared.layout with the model's uploaded indices
             logits_indices=logits_indices,
             slots=dev.slots_long,
         )

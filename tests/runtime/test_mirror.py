@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from tokenstate.contracts import PLACEHOLDER, ContractViolation
+from tokenstate.contracts import PLACEHOLDER, ContractViolation, IndexPlan
 from tokenstate.runtime import SamplingParams
 from tokenstate.runtime.input_prep import HostTokenTable, prepare_inputs
 from tokenstate.runtime.kernels import StepGuard, guarded_embedding
@@ -118,3 +118,25 @@ def test_staging_waits_for_the_copy_of_the_buffer_it_rewrites():
     assert not third.is_alive()
     stream.synchronize()
     assert first[0].tolist() == [5, 6]  # one device buffer, written in stream order
+
+
+def test_upload_carries_the_model_plan_in_the_int64_copy_and_skips_unused_host_ids():
+    sched = Scheduler(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=16)
+    table = HostTokenTable(2, 16)
+    for i, prompt in enumerate(((5, 6, 7), (8, 9))):
+        sched.add(Request(i, prompt, SamplingParams(), seed=0, eos_token_id=None))
+    batch = sched.schedule()
+    for req in batch.admitted:
+        table.admit(req)
+    step = prepare_inputs(batch, table, spliced=False)
+    mirror = DeviceMirror(2, CpuStream(), max_model_len=16, capacity=4)
+    plan = IndexPlan((np.array([3, 1], dtype=np.int64), np.array([7], dtype=np.int64)), meta="m")
+    dev = mirror.upload(step, plan, host_ids=False)
+    mirror.stream.synchronize()
+    assert dev.host_ids is None  # no combine on this step: nothing reads uploaded host ids
+    assert [t.tolist() for t in dev.model_indices] == [[3, 1], [7]]
+    assert all(t.dtype == torch.int64 for t in dev.model_indices)
+    # One staging copy per dtype: the plan's tensors are views of the same device buffer as positions.
+    assert dev.model_indices[0].untyped_storage().data_ptr() == dev.positions.untyped_storage().data_ptr()
+    plan.arrays[0][0] = 99  # the host plan is staging input only
+    assert dev.model_indices[0][0] == 3
