@@ -337,23 +337,9 @@ def _drop_preempted(patch: Any) -> None:
     patch.setattr(Scheduler, "_emits", staticmethod(lambda req: emits(req) and req.slot >= 0))
 
 
-@mutant("readmit-with-token-in-flight", "preemption/resume", "a preempted request is re-admitted before its in-flight token resolved")
+@mutant("readmit-with-token-in-flight", "preemption/resume", "a preempted request is re-admitted before its in-flight token resolved (spec ASY-16)")
 def _readmit_in_flight(patch: Any) -> None:
-    from tokenstate.runtime.scheduler import Scheduler
-
-    schedule = Scheduler.schedule
-
-    def eager(self):
-        hidden = [(r, r.num_inflight) for r in self.waiting if r.num_inflight]
-        for r, _ in hidden:
-            r.num_inflight = 0
-        try:
-            return schedule(self)
-        finally:
-            for r, n in hidden:
-                r.num_inflight += n
-
-    patch.setattr(Scheduler, "schedule", eager)
+    _spec_mutant("readmit_with_token_in_flight")(patch)
 
 
 # -- chunked and padded rows -----------------------------------------------------------------------

@@ -10,8 +10,9 @@ transformers is installed (teacher-forced, see :mod:`tokenstate.tools.oracle`).
 
 By default the gate runs the baseline schedule below and then the schedule matrix
 (:mod:`tokenstate.tools.gate_matrix`): one cell per bug family — random row order, preemption and
-resume, chunked prefill and budget skips, early stops and slot reuse, penalties and bad words,
-n-gram drafts, the fallback path, all at once — each reporting that its condition was reached. ``quick=True`` runs the
+resume, preemption in flight, slot handover in flight, chunked prefill and budget skips, early
+stops and slot reuse, penalties and bad words, n-gram drafts, the fallback path, all at once —
+each reporting that its condition was reached. ``quick=True`` runs the
 baseline alone.
 """
 

@@ -279,13 +279,39 @@ def _in_flight(ctx: MatrixContext) -> CellPlan:
 
 
 def _in_flight_conditions(ctx: MatrixContext, plan: CellPlan, result: dict[str, Any]) -> list[Condition]:
-    # Not required, reported in the stats only: slots_handed_over_in_flight (a late token resolving
-    # after its slot got a new owner, ASY-8's window) and readmissions_held_in_flight — no schedule
-    # of this matrix reaches the former, nor the latter on every model (owed item GATE-2).
+    # Reported in the stats only: slots_handed_over_in_flight and readmissions_held_in_flight (which
+    # this schedule reaches on some models only); the "slot handover in flight" cell requires both.
     names = ["preempted_in_flight"]
     if "speculative" in plan.engine:
         names.append("preempted_awaiting_drafts")
     return _counter(*names)(ctx, plan, result)
+
+
+# The slot-handover schedule, found by replaying the scheduler alone: with plain greedy requests
+# that ignore EOS, which rows run is independent of the tokens, so it reaches its window the same
+# way on every model. Its own small sizes (not the gate's): the window needs a KV budget only a few
+# tokens above the longest request, a token budget that admits a waiting request on a few free KV
+# tokens, and four slots, so that an older waiting request takes the slot a preempted younger one
+# just freed.
+_HANDOVER_PROMPT_LENS = (4, 2, 4, 2, 6, 12)
+_HANDOVER_TOKENS = 12
+
+
+def _handover(ctx: MatrixContext) -> CellPlan:
+    """A slot handed over while its previous owner's token is in flight (ASY-8's window), and a
+    preempted request held back until its in-flight token resolved (ASY-16's)."""
+    # The baseline's token ids, cut to this cell's lengths.
+    pool = [t for p in ctx.prompts for t in p]
+    room = max(1, ctx.max_model_len - _HANDOVER_TOKENS - 1)
+    lens = [min(n, room) for n in _HANDOVER_PROMPT_LENS]
+    starts = [sum(lens[:i]) for i in range(len(lens))]
+    prompts = [[pool[(s + j) % len(pool)] for j in range(n)] for s, n in zip(starts, lens, strict=True)]
+    engine: dict[str, Any] = {
+        "scheduling_order": "random", "seed": ctx.seed + 6, "max_num_seqs": 4,
+        "max_num_batched_tokens": 16, "kv_cache_tokens": max(lens) + _HANDOVER_TOKENS + 2,
+    }  # fmt: skip
+    params = SamplingParams(max_tokens=_HANDOVER_TOKENS, ignore_eos=True)
+    return CellPlan([params] * len(prompts), engine, oracle=True, prompts=prompts, attempts=4)
 
 
 def _stat(result: dict[str, Any], path: str, name: str) -> int:
@@ -383,6 +409,11 @@ CELLS: tuple[ScheduleCell, ...] = (
         "preemption in flight", "preemptions racing a step in flight: a token or drafts resolve after "
         "their request lost its slot, and after the slot got a new owner",
         _in_flight, _in_flight_conditions,
+    ),
+    ScheduleCell(
+        "slot handover in flight", "a preempted request's token still in flight while an older "
+        "waiting request takes its slot, and while the request itself waits to be re-admitted",
+        _handover, _counter("preempted_in_flight", "slots_handed_over_in_flight", "readmissions_held_in_flight"),
     ),
     ScheduleCell(
         "early stops + slot reuse", "stop ids and short limits: finished requests' in-flight rows, reused slots",

@@ -267,3 +267,46 @@ def drop_token_of_preempted(patch: MutantPatch) -> None:
 
     emits = Scheduler._emits
     patch.setattr(Scheduler, "_emits", staticmethod(lambda req: emits(req) and req.slot >= 0))
+
+
+@mutant(
+    "ASY-16/readmit-with-token-in-flight",
+    doc="Admission ignores a waiting request's in-flight tokens: a request preempted while its "
+    "token was in flight is re-admitted in the same step, before that token resolved, and "
+    "re-prefills without it (the late token then joins its output on top of the recomputed one).",
+)
+def readmit_with_token_in_flight(patch: MutantPatch) -> None:
+    from tokenstate.runtime.scheduler import Scheduler
+
+    schedule, preempt = Scheduler.schedule, Scheduler.preempt
+    hidden: list[tuple[Any, int]] = []  # (request, its in-flight count) hidden until schedule ends
+
+    def hide(req: Any) -> None:
+        hidden.append((req, req.num_inflight))
+        req.num_inflight = 0
+
+    def preempt_hiding_in_flight(self: Scheduler, req: Any) -> None:
+        preempt(self, req)  # counts the preemption in flight and notes the lost slot first
+        if req.num_inflight:
+            hide(req)
+
+    def schedule_ignoring_in_flight(self: Scheduler) -> Any:
+        for req in [r for r in self.waiting if r.num_inflight]:
+            hide(req)
+        try:
+            return schedule(self)
+        finally:
+            for req, count in hidden:
+                req.num_inflight += count
+            hidden.clear()
+
+    patch.setattr(Scheduler, "preempt", preempt_hiding_in_flight)
+    patch.setattr(Scheduler, "schedule", schedule_ignoring_in_flight)
+
+
+gate_misses_record_into_lost_slot = mutant(
+    "ASY-15/record-into-lost-slot",
+    doc="ASY-8's bug seen from the gate: a late token recorded into the slot its request lost. The "
+    "gate must catch it on every reference model, which takes a cell that hands a slot over while "
+    "its previous owner's token is still in flight.",
+)(record_into_lost_slot._apply)
