@@ -62,7 +62,8 @@ def test_admit_seeds_the_history_with_everything_the_host_knows():
     assert mirror.frequency_penalty.tolist() == [0.0, 0.5]
 
 
-def test_upload_copies_every_field_into_device_buffers_not_host_views():
+def _two_prefill_rows(*, spliced: bool):
+    """The host inputs of a first step: prompts (5, 6, 7) and (8, 9) admitted to slots 0 and 1."""
     sched = Scheduler(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=16)
     table = HostTokenTable(2, 16)
     for i, prompt in enumerate(((5, 6, 7), (8, 9))):
@@ -70,7 +71,11 @@ def test_upload_copies_every_field_into_device_buffers_not_host_views():
     batch = sched.schedule()
     for req in batch.admitted:
         table.admit(req)
-    step = prepare_inputs(batch, table, spliced=True)
+    return prepare_inputs(batch, table, spliced=spliced)
+
+
+def test_upload_copies_every_field_into_device_buffers_not_host_views():
+    step = _two_prefill_rows(spliced=True)
     mirror = DeviceMirror(2, CpuStream(), max_model_len=16, capacity=4)  # too small on purpose: the staging buffer grows
     dev = mirror.upload(step)
     mirror.stream.synchronize()
@@ -121,14 +126,7 @@ def test_staging_waits_for_the_copy_of_the_buffer_it_rewrites():
 
 
 def test_upload_carries_the_model_plan_in_the_int64_copy_and_skips_unused_host_ids():
-    sched = Scheduler(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=16)
-    table = HostTokenTable(2, 16)
-    for i, prompt in enumerate(((5, 6, 7), (8, 9))):
-        sched.add(Request(i, prompt, SamplingParams(), seed=0, eos_token_id=None))
-    batch = sched.schedule()
-    for req in batch.admitted:
-        table.admit(req)
-    step = prepare_inputs(batch, table, spliced=False)
+    step = _two_prefill_rows(spliced=False)
     mirror = DeviceMirror(2, CpuStream(), max_model_len=16, capacity=4)
     plan = IndexPlan((np.array([3, 1], dtype=np.int64), np.array([7], dtype=np.int64)), meta="m")
     dev = mirror.upload(step, plan, host_ids=False)
