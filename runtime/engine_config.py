@@ -9,7 +9,7 @@ import torch
 
 from tokenstate.runtime.scheduler import SchedulingOrder
 from tokenstate.runtime.spec_decode import SpeculativeConfig
-from tokenstate.runtime.stream import Chaos
+from tokenstate.runtime.stream import Chaos, CpuStreamKind
 
 __all__ = ["ON_UNHONORED", "EngineConfig", "OnUnhonored"]
 
@@ -31,6 +31,7 @@ class EngineConfig:
     kv_cache_tokens: int | None = None
     speculative: SpeculativeConfig | None = None
     chaos: Chaos | None = None
+    cpu_stream: CpuStreamKind = "inline"  # on a CPU device: where device work runs (see stream.py)
 
     @property
     def num_speculative_tokens(self) -> int:

@@ -29,7 +29,7 @@ from tokenstate.runtime.progress import notify_step
 from tokenstate.runtime.registry import ModelFactory, ServableModel
 from tokenstate.runtime.scheduler import SCHEDULING_ORDERS, Request, SchedulingOrder
 from tokenstate.runtime.spec_decode import SpeculativeConfig
-from tokenstate.runtime.stream import Chaos, chaos_from_env
+from tokenstate.runtime.stream import Chaos, chaos_from_env, choose_cpu_stream
 
 __all__ = ["LLM"]
 
@@ -183,6 +183,14 @@ class LLM:
         speculative: ``{"method": "ngram", "num_tokens": k}`` (optional ``"ngram_size"``, default
             2): prompt-lookup drafts proposed on the device, verified greedily. Only for models
             whose factory declares ``supports_speculative=True``.
+        chaos: a seed: seeded random pauses in the stream and the host, so a missing fence shows as
+            a wrong token (default: ``$TOKENSTATE_CHAOS``, else none). Runs on the threaded stream.
+        cpu_stream: on a CPU device, where a step's device work runs: ``"inline"`` (in the host
+            thread, as it is submitted: no overlap and no hand-offs) or ``"thread"`` (a worker
+            thread, the CPU analogue of a GPU stream: step N computes while the host prepares
+            step N+1). Default: ``$TOKENSTATE_CPU_STREAM``, else ``"thread"`` under chaos and
+            ``"inline"`` otherwise — on a CPU both threads' Python shares one GIL, so the overlap
+            costs more than it hides (``docs/concepts/runner-paths.md``). Tokens are the same.
 
     Besides `generate`, the engine can be driven request by request, as a server does:
     `add_request` queues a request at any time, `step` runs one engine step and returns the
@@ -208,6 +216,7 @@ class LLM:
         kv_cache_tokens: int | None = None,
         speculative: dict[str, Any] | None = None,
         chaos: int | None = None,
+        cpu_stream: str | None = None,
         dtype: str | torch.dtype = "auto",
         **unsupported: object,
     ) -> None:
@@ -252,6 +261,7 @@ class LLM:
         self._lock = threading.Lock()
         self._num_requests = 0
         self._next_request_id = 0
+        engine_chaos = chaos_from_env() if chaos is None else Chaos(chaos)
         config = EngineConfig(
             async_scheduling=async_scheduling,
             device=dev,
@@ -262,7 +272,8 @@ class LLM:
             scheduling_order=scheduling_order,
             kv_cache_tokens=kv_cache_tokens,
             speculative=spec,
-            chaos=chaos_from_env() if chaos is None else Chaos(chaos),
+            chaos=engine_chaos,
+            cpu_stream=choose_cpu_stream(cpu_stream, engine_chaos),
         )
         self._engine = Engine(self.factory, self.model, config, self.stats)
 

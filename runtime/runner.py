@@ -94,7 +94,7 @@ class ModelRunner:
         self.table = HostTokenTable(max_num_seqs, max_model_len)
         self.chaos = config.chaos
         # Every device write goes through this stream, in order; the host only waits on its events.
-        self.stream = stream_for(self.device, config.chaos)
+        self.stream = stream_for(self.device, config.chaos, config.cpu_stream)
         self.mirror = DeviceMirror(
             max_num_seqs,
             self.stream,

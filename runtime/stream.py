@@ -11,6 +11,12 @@ implementations share that one interface, so the mirror and the runner have one 
   async path needs is a real fence here too.
 * :class:`CudaStream` — a ``torch.cuda.Stream``: submitting a task launches its kernels on the
   stream, events are ``torch.cuda.Event``.
+* :class:`InlineStream` — the CPU without a worker: a task runs in the submitting thread when it is
+  submitted, so every event is passed as soon as it is recorded. The runner's code path is the same
+  (the host still reads a step's tokens only at its fence); what it gives up is the overlap, and
+  with it the hand-offs between two threads that, under the GIL, cost more than the overlap saves
+  on a CPU (measured in ``docs/concepts/runner-paths.md``). It is the CPU default; chaos and the
+  ordering tests use :class:`CpuStream`, where a missing fence can show.
 
 An exception raised by a task is kept and re-raised by every later fence — an event recorded after
 that task (:meth:`StreamEvent.synchronize`) or :meth:`synchronize` — the way a device error surfaces
@@ -34,7 +40,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
@@ -42,16 +48,25 @@ from tokenstate.contracts import ConfigError
 
 __all__ = [
     "CHAOS_ENV",
+    "CPU_STREAMS",
+    "CPU_STREAM_ENV",
     "Chaos",
     "CpuStream",
+    "CpuStreamKind",
     "CudaStream",
     "DeviceStream",
+    "InlineStream",
     "StreamEvent",
     "chaos_from_env",
+    "choose_cpu_stream",
+    "cpu_stream_from_env",
     "stream_for",
 ]
 
 CHAOS_ENV = "TOKENSTATE_CHAOS"
+CPU_STREAM_ENV = "TOKENSTATE_CPU_STREAM"
+CpuStreamKind = Literal["inline", "thread"]
+CPU_STREAMS: tuple[str, ...] = ("inline", "thread")
 
 
 class Chaos:
@@ -111,6 +126,40 @@ def chaos_from_env() -> Chaos | None:
             "unset it to run without chaos."
         )
     return Chaos(seed)
+
+
+def cpu_stream_from_env() -> CpuStreamKind | None:
+    """The CPU stream kind from ``TOKENSTATE_CPU_STREAM`` (``inline`` or ``thread``); unset: ``None``."""
+    value = os.environ.get(CPU_STREAM_ENV, "").strip()
+    if not value:
+        return None
+    if value not in CPU_STREAMS:
+        raise ConfigError(
+            f"{CPU_STREAM_ENV}={value!r} is not a CPU stream; set it to one of {list(CPU_STREAMS)} "
+            "or unset it for the default."
+        )
+    return value  # type: ignore[return-value]
+
+
+def choose_cpu_stream(requested: str | None, chaos: Chaos | None) -> CpuStreamKind:
+    """The CPU stream an engine runs on: ``requested`` (an ``LLM`` option), else
+    ``TOKENSTATE_CPU_STREAM``, else ``"thread"`` under chaos and ``"inline"`` without it.
+
+    Inline is the default because on a CPU the worker's overlap does not pay (both threads' Python
+    runs under one GIL; measured in ``docs/concepts/runner-paths.md``); chaos perturbs the order of
+    two threads, so it needs the worker, and asking for both is refused.
+    """
+    kind = requested if requested is not None else cpu_stream_from_env()
+    if kind is None:
+        return "thread" if chaos is not None else "inline"
+    if kind not in CPU_STREAMS:
+        raise ConfigError(f"cpu_stream must be one of {list(CPU_STREAMS)}, got {kind!r}.")
+    if kind == "inline" and chaos is not None:
+        raise ConfigError(
+            "chaos needs the threaded CPU stream (it perturbs the order of two threads); use "
+            "cpu_stream='thread' with chaos (or unset TOKENSTATE_CPU_STREAM), or drop chaos."
+        )
+    return kind  # type: ignore[return-value]
 
 
 class _Faults:
@@ -274,6 +323,59 @@ class CpuStream:
         self._faults.error = None
 
 
+class _PassedEvent:
+    """An :class:`InlineStream` event: everything submitted before it has already run."""
+
+    __slots__ = ("_faults", "_index")
+
+    def __init__(self, faults: _Faults, index: int) -> None:
+        self._faults = faults
+        self._index = index
+
+    def synchronize(self) -> None:
+        self._faults.raise_if_failed(before=self._index)
+
+    def wait(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+
+class InlineStream:
+    """A stream on the CPU that runs each task in the submitting thread, at submit time.
+
+    The same contract as :class:`CpuStream` — tasks in order, under ``torch.inference_mode``; a
+    failed task's exception kept for the next fence and later tasks skipped until :meth:`reset` —
+    with no worker: nothing runs concurrently, so no event is ever waited on.
+    """
+
+    device = torch.device("cpu")
+
+    def __init__(self) -> None:
+        self._faults = _Faults()
+        self._submitted = 0
+
+    def submit(self, fn: Callable[..., object], *args: Any) -> None:
+        index, self._submitted = self._submitted, self._submitted + 1
+        if self._faults.error is not None:
+            return  # poisoned until reset(), as CpuStream
+        try:
+            with torch.inference_mode():  # in a copy of the context, as a worker's task runs
+                contextvars.copy_context().run(fn, *args)
+        except BaseException as exc:  # kept and re-raised at the next fence, as on the worker
+            self._faults.fail(index, exc)
+
+    def record_event(self) -> _PassedEvent:
+        return _PassedEvent(self._faults, self._submitted)
+
+    def synchronize(self) -> None:
+        self._faults.raise_if_failed()
+
+    def reset(self) -> None:
+        self._faults.error = None
+
+
 class _CudaEvent:
     __slots__ = ("_event", "_faults", "_index")
 
@@ -334,10 +436,18 @@ class CudaStream:
         self._faults.error = None
 
 
-def stream_for(device: torch.device, chaos: Chaos | None = None) -> CpuStream | CudaStream:
-    """The stream implementation for ``device`` (``cpu`` or ``cuda``)."""
+def stream_for(
+    device: torch.device, chaos: Chaos | None = None, cpu_stream: str | None = None
+) -> CpuStream | CudaStream | InlineStream:
+    """The stream implementation for ``device`` (``cpu`` or ``cuda``).
+
+    On the CPU, ``cpu_stream`` (``"thread"``, ``"inline"`` or ``None``, resolved by
+    :func:`choose_cpu_stream`) picks :class:`CpuStream` or :class:`InlineStream`.
+    """
     if device.type == "cuda":
         return CudaStream(device, chaos)
     if device.type == "cpu":
-        return CpuStream(chaos)
+        if choose_cpu_stream(cpu_stream, chaos) == "thread":
+            return CpuStream(chaos)
+        return InlineStream()
     raise ConfigError(f"no stream for device {device}; use 'cpu' or 'cuda'.")

@@ -32,6 +32,7 @@ from tokenstate.runtime.registry import ModelFactory
 from tokenstate.tools.gate_compare import Divergence, PathResult, compare_tokens
 from tokenstate.tools.gate_matrix import (
     CELLS,
+    GATE_CPU_STREAM,
     MATRIX_MIN_REQUESTS,
     MATRIX_MIN_TOKENS,
     CellReport,
@@ -158,6 +159,7 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
     settings = {
         "device": config.device, "max_num_seqs": config.max_num_seqs,
         "max_num_batched_tokens": config.max_num_batched_tokens, "seed": config.seed,
+        "cpu_stream": GATE_CPU_STREAM,
     }  # fmt: skip
     first = LLM(model, async_scheduling=False, **settings)
     shared = _shared_model(first)

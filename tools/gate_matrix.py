@@ -30,6 +30,10 @@ from tokenstate.runtime.workload import Arrival, run_workload
 from tokenstate.tools.gate_compare import PathResult, compare_tokens
 from tokenstate.tools.step_audit import audit_engine
 
+GATE_CPU_STREAM = "thread"
+"""The gate runs every engine on the threaded CPU stream, not the inline default: there the device
+work of step N really runs while the host prepares step N+1, so an ordering fault can show."""
+
 __all__ = [
     "CELLS",
     "MATRIX_MIN_REQUESTS",
@@ -453,7 +457,7 @@ def _fresh_slots(
 ) -> list[RequestOutput]:
     budget = sum(len(p) for p in prompts) + len(prompts)
     llm = LLM(factory, async_scheduling=False, device=ctx.device, max_num_seqs=len(prompts),
-              max_num_batched_tokens=budget, seed=ctx.seed)  # fmt: skip
+              max_num_batched_tokens=budget, seed=ctx.seed, cpu_stream=GATE_CPU_STREAM)  # fmt: skip
     with checks_mode(ctx.checks) if ctx.checks else contextlib.nullcontext():
         return llm.generate([list(p) for p in prompts], list(params))
 
@@ -476,7 +480,8 @@ def run_cell(cell: ScheduleCell, ctx: MatrixContext) -> CellReport:
         factory = dataclasses.replace(factory, honors_device_token_ids=engine.pop("honors_device_token_ids"))
     settings = {
         "device": ctx.device, "max_num_seqs": ctx.max_num_seqs,
-        "max_num_batched_tokens": ctx.max_num_batched_tokens, "seed": ctx.seed, **engine,
+        "max_num_batched_tokens": ctx.max_num_batched_tokens, "seed": ctx.seed,
+        "cpu_stream": GATE_CPU_STREAM, **engine,
     }  # fmt: skip
     prompts = plan.prompts if plan.prompts is not None else ctx.prompts
     arrivals = _arrivals(prompts, plan.params)

@@ -11,7 +11,16 @@ import torch
 from tokenstate.contracts import ConfigError
 from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, SamplingParams
-from tokenstate.runtime.stream import CHAOS_ENV, Chaos, CpuStream, chaos_from_env, stream_for
+from tokenstate.runtime.stream import (
+    CHAOS_ENV,
+    CPU_STREAM_ENV,
+    Chaos,
+    CpuStream,
+    InlineStream,
+    chaos_from_env,
+    choose_cpu_stream,
+    stream_for,
+)
 
 _VAR: contextvars.ContextVar[str] = contextvars.ContextVar("test_stream_var", default="unset")
 
@@ -44,8 +53,9 @@ def test_tasks_see_the_submitters_context_and_run_in_inference_mode():
     assert seen == [("from the host", True)]
 
 
-def test_a_failed_task_raises_at_the_next_fence_and_skips_later_tasks_until_reset():
-    stream = CpuStream()
+@pytest.mark.parametrize("make_stream", [CpuStream, InlineStream], ids=["thread", "inline"])
+def test_a_failed_task_raises_at_the_next_fence_and_skips_later_tasks_until_reset(make_stream):
+    stream = make_stream()
     ran: list[int] = []
 
     def fail() -> None:
@@ -64,8 +74,9 @@ def test_a_failed_task_raises_at_the_next_fence_and_skips_later_tasks_until_rese
     assert ran == [2]
 
 
-def test_an_event_recorded_before_a_failed_task_does_not_raise_its_error():
-    stream = CpuStream()
+@pytest.mark.parametrize("make_stream", [CpuStream, InlineStream], ids=["thread", "inline"])
+def test_an_event_recorded_before_a_failed_task_does_not_raise_its_error(make_stream):
+    stream = make_stream()
     before = stream.record_event()
 
     def fail() -> None:
@@ -79,8 +90,32 @@ def test_an_event_recorded_before_a_failed_task_does_not_raise_its_error():
     stream.reset()
 
 
-def test_stream_for_picks_the_cpu_stream_and_refuses_other_devices():
-    assert isinstance(stream_for(torch.device("cpu")), CpuStream)
+def test_the_inline_stream_runs_each_task_at_submit_in_the_host_thread():
+    stream = InlineStream()
+    seen: list[tuple[int, str, str, bool]] = []
+    token = _VAR.set("from the host")
+    try:
+        for i in range(3):
+            stream.submit(lambda i=i: seen.append(
+                (i, threading.current_thread().name, _VAR.get(), torch.is_inference_mode_enabled())
+            ))  # fmt: skip
+            assert len(seen) == i + 1  # ran before submit returned
+        stream.submit(_VAR.set, "set by a task")  # a task's context is a copy, as on the worker
+    finally:
+        _VAR.reset(token)
+    assert _VAR.get() == "unset"
+    host = threading.current_thread().name
+    assert seen == [(i, host, "from the host", True) for i in range(3)]
+    event = stream.record_event()
+    assert event.query()  # nothing is ever behind: every event is passed when recorded
+    event.synchronize()
+
+
+def test_stream_for_picks_the_cpu_stream_and_refuses_other_devices(monkeypatch):
+    monkeypatch.delenv(CPU_STREAM_ENV, raising=False)
+    assert isinstance(stream_for(torch.device("cpu")), InlineStream)  # the CPU default
+    assert isinstance(stream_for(torch.device("cpu"), cpu_stream="thread"), CpuStream)
+    assert isinstance(stream_for(torch.device("cpu"), Chaos(1)), CpuStream)  # chaos needs the worker
     with pytest.raises(ConfigError, match="no stream for device meta"):
         stream_for(torch.device("meta"))
 
@@ -110,3 +145,38 @@ def test_llm_chaos_option_keeps_async_equal_to_sync():
     llm = LLM(toy_factory(), chaos=3, max_num_seqs=2)
     assert llm._engine.runner.chaos is not None and llm._engine.runner.chaos.seed == 3
     assert [o.token_ids for o in llm.generate(prompts, params)] == [o.token_ids for o in sync]
+
+
+def test_the_cpu_stream_choice_option_env_and_chaos(monkeypatch):
+    monkeypatch.delenv(CPU_STREAM_ENV, raising=False)
+    assert choose_cpu_stream(None, None) == "inline"
+    assert choose_cpu_stream(None, Chaos(2)) == "thread"
+    assert choose_cpu_stream("thread", None) == "thread"
+    monkeypatch.setenv(CPU_STREAM_ENV, "thread")
+    assert choose_cpu_stream(None, None) == "thread"
+    assert choose_cpu_stream("inline", None) == "inline"  # the option wins over the environment
+    monkeypatch.setenv(CPU_STREAM_ENV, "inline")
+    with pytest.raises(ConfigError, match="chaos needs the threaded CPU stream"):
+        choose_cpu_stream(None, Chaos(2))
+    monkeypatch.setenv(CPU_STREAM_ENV, "gpu")
+    with pytest.raises(ConfigError, match=r"TOKENSTATE_CPU_STREAM='gpu' is not a CPU stream"):
+        choose_cpu_stream(None, None)
+    with pytest.raises(ConfigError, match="cpu_stream must be one of"):
+        choose_cpu_stream("fast", None)
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False], ids=["async", "sync"])
+def test_llm_gives_the_same_tokens_on_either_cpu_stream(async_scheduling, monkeypatch):
+    monkeypatch.delenv(CPU_STREAM_ENV, raising=False)
+    prompts = [[5, 6, 7], [9, 3, 4, 1], [11, 12], [2, 8, 8, 8, 8, 8]]
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    outputs = {}
+    for kind in ("inline", "thread"):
+        llm = LLM(toy_factory(), async_scheduling=async_scheduling, max_num_seqs=2, cpu_stream=kind)
+        expected = InlineStream if kind == "inline" else CpuStream
+        assert isinstance(llm._engine.runner.stream, expected)
+        outputs[kind] = [o.token_ids for o in llm.generate(prompts, params)]
+    assert outputs["inline"] == outputs["thread"]
+    assert isinstance(LLM(toy_factory())._engine.runner.stream, InlineStream)  # the default
+    with pytest.raises(ConfigError, match="chaos needs the threaded CPU stream"):
+        LLM(toy_factory(), chaos=1, cpu_stream="inline")
