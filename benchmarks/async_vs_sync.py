@@ -1,21 +1,24 @@
-"""Asynchronous vs synchronous scheduling on the CPU stream, side by side in one process.
+"""Asynchronous vs synchronous scheduling on the CPU streams, side by side in one process.
 
 Run: ``python benchmarks/async_vs_sync.py [--quick]``. Two engines over the same model serve the same
 workload (mixed prompt lengths, chunked prefill, continuous batching), alternating every repetition;
 the first round warms both up. Both must produce the same tokens (``tokens_match``).
 
-The CPU device is a stream (a worker thread owning the device tensors), so the async engine prepares
-step N+1 on the host thread while the worker runs step N's forward; the sync engine waits for every
-step before preparing the next. Rows:
+On the **thread** stream (a worker thread owning the device tensors) the async engine prepares step
+N+1 on the host thread while the worker runs step N's forward; the sync engine waits for every step
+before preparing the next. On the **inline** stream (the CPU default) device work runs in the host
+thread as it is submitted: async scheduling then costs only its own work (the combine), no overlap
+and no hand-offs. Rows:
 
-* **forward-dominated model** (Llama, hidden 512, 8 layers, vocab 4096): throughput async / sync,
-  the issue's target ≥ 1.2. Each repetition gives one ratio (the two engines' calls run back to
+* **forward-dominated model** (Llama, hidden 512, 8 layers, vocab 4096), thread stream: throughput
+  async / sync, the issue's target ≥ 1.2. Each repetition gives one ratio (the two engines' calls run back to
   back); reported: the median ratio and its min–max. The row also reports, measured in the sync
   engine, the host's and the stream's milliseconds per step and the overlap bound they imply,
   ``(host + device) / max(host, device)`` — no scheduling can beat it — and, per engine, the share
   of the wall time the stream spent computing (near 1 for async: the host's work is hidden).
-* **tiny-llama**: time per step async / sync (a model whose forward is as cheap as the host's
-  bookkeeping), reported.
+* **tiny-llama**, on each stream: time per step async / sync (a model whose forward is as cheap as
+  the host's bookkeeping): on the inline stream the target is ≤ 1.02 (async scheduling costs at
+  most 2 %); on the thread stream it is reported (the two threads' Python shares one GIL).
 
 One intra-op thread: the forward runs on the stream's worker and the host thread needs the other
 core (on a 2-core machine a second OpenMP thread would fight the host for it).
@@ -71,9 +74,14 @@ class _DeviceClock:
         runner._device_step = timed  # type: ignore[method-assign]
 
 
-def _compare(model: Any, *, num_prompts: int, max_tokens: int, reps: int) -> dict[str, Any]:
+def _compare(
+    model: Any, *, num_prompts: int, max_tokens: int, reps: int, cpu_stream: str
+) -> dict[str, Any]:
     engines = {
-        mode: LLM(model, async_scheduling=mode == "async", max_num_seqs=16, max_num_batched_tokens=256)
+        mode: LLM(
+            model, async_scheduling=mode == "async", max_num_seqs=16, max_num_batched_tokens=256,
+            cpu_stream=cpu_stream,
+        )
         for mode in ("async", "sync")
     }
     clocks = {mode: _DeviceClock(llm) for mode, llm in engines.items()}
@@ -119,11 +127,14 @@ def run(quick: bool = False) -> list[dict]:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             llama.save(llama.build(FORWARD_DOMINATED), tmp)
-            big = _compare(tmp, num_prompts=16, max_tokens=16 if quick else 32, reps=3 if quick else 8)
+            big = _compare(
+                tmp, num_prompts=16, max_tokens=16 if quick else 32, reps=3 if quick else 8,
+                cpu_stream="thread",  # the overlap is what this row measures
+            )
         spread = tuple(round(f(big["ratios"]), 3) for f in (min, statistics.median, max))
         rows.append(
             row(
-                "throughput async / sync, Llama hidden 512 x 8 layers",
+                "throughput async / sync, Llama hidden 512 x 8 layers, thread stream",
                 big["throughput"]["async"],
                 big["throughput"]["sync"],
                 unit="tokens/s",
@@ -137,27 +148,33 @@ def run(quick: bool = False) -> list[dict]:
                 tokens_match=big["tokens_match"],
             )
         )
-        tiny = _compare("tiny-llama", num_prompts=16 if quick else 32, max_tokens=24 if quick else 48,
-                        reps=5 if quick else 15)  # fmt: skip
-        step_ratios = [1 / r for r in tiny["ratios"]]
-        rows.append(
-            row(
-                "time per step async / sync, tiny-llama",
-                tiny["step_ms"]["async"] * 1e3,
-                tiny["step_ms"]["sync"] * 1e3,
-                unit="µs per step",
-                target="report",
-                ok=tiny["tokens_match"],
-                ratio_min_median_max=tuple(
-                    round(f(step_ratios), 3) for f in (min, statistics.median, max)
-                ),
-                host_ms_per_step=round(tiny["host_ms"], 2),
-                device_ms_per_step=round(tiny["device_ms"], 2),
-                overlap_bound=round(tiny["bound"], 3),
-                stream_busy_async_sync=(round(tiny["busy"]["async"], 3), round(tiny["busy"]["sync"], 3)),
-                tokens_match=tiny["tokens_match"],
+        for stream, target in (("inline", "<= 1.02"), ("thread", "report")):
+            tiny = _compare(
+                "tiny-llama", num_prompts=16 if quick else 32, max_tokens=24 if quick else 48,
+                reps=5 if quick else 15, cpu_stream=stream,
+            )  # fmt: skip
+            step_ratios = sorted(1 / r for r in tiny["ratios"])
+            median = statistics.median(step_ratios)
+            rows.append(
+                row(
+                    f"time per step async / sync, tiny-llama, {stream} stream",
+                    tiny["step_ms"]["async"] * 1e3,
+                    tiny["step_ms"]["sync"] * 1e3,
+                    unit="µs per step",
+                    target=target,
+                    ok=tiny["tokens_match"] and (target == "report" or median <= 1.02),
+                    ratio_min_median_max=(
+                        round(step_ratios[0], 3), round(median, 3), round(step_ratios[-1], 3)
+                    ),
+                    host_ms_per_step=round(tiny["host_ms"], 2),
+                    device_ms_per_step=round(tiny["device_ms"], 2),
+                    overlap_bound=round(tiny["bound"], 3),
+                    stream_busy_async_sync=(
+                        round(tiny["busy"]["async"], 3), round(tiny["busy"]["sync"], 3)
+                    ),
+                    tokens_match=tiny["tokens_match"],
+                )
             )
-        )
     finally:
         torch.set_num_threads(threads)
     return rows
