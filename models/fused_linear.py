@@ -20,6 +20,13 @@ only weights of at least :data:`MIN_PACKED_ELEMENTS` are packed; smaller ones st
 ``F.linear`` itself does between batch sizes. Packing happens when a model is built or loaded
 (:func:`prepack`), and again lazily after any weight change (e.g. ``model.to(device)``).
 
+**Transposed layout (CPU, unpacked weights).** The weights that stay off oneDNN are kept as one
+contiguous ``[in, sum(out)]`` copy and applied with ``torch.mm`` / ``torch.addmm``: MKL's GEMM with
+the weight already transposed measured 1.3–1.7x faster than ``F.linear``'s transposed ``[out, in]``
+read at 1–16 rows and 1.2–1.4x at 64 (hidden 256..768 weights; equal from ~256 rows on). The copy
+is the weight's size again, so it is kept only up to :data:`MAX_FUSED_BYTES`; on CUDA the weight is
+used as it is.
+
 While autograd records (grad mode on and a weight requires grad), a weight is an inference tensor
 (no version counter to watch) or the weights exceed the copy limit (:data:`MAX_FUSED_BYTES` for a
 plain copy, :data:`MAX_PACKED_BYTES` for a packed one), the projections run one by one, as before.
@@ -103,11 +110,13 @@ class FusedProjection:
     storage to copy, and the copy's weights are new tensors anyway.
     """
 
-    __slots__ = ("_bias", "_packed", "_seen", "_weight")
+    __slots__ = ("_bias", "_packed", "_seen", "_weight", "_weight_t")
 
     def __init__(self) -> None:
         self._seen: list[tuple[_Watch, _Watch | None]] = []  # per linear: weight, bias
         self._weight: Tensor | None = None  # [sum(out_features), in_features]
+        # On the CPU, unpacked: the fused weight transposed, contiguous (then _weight is None).
+        self._weight_t: Tensor | None = None  # [in_features, sum(out_features)]
         self._bias: Tensor | None = None  # [sum(out_features)] or None
         # oneDNN blocked copy of the fused weight (opaque layout), or None; when set, _weight is
         # None for a fused group (one duplicate of the weights, not two).
@@ -132,6 +141,12 @@ class FusedProjection:
             return _separate(x, linears)
         if self._packed is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self._packed, self._bias, "none", [], "")
+        weight_t = self._weight_t
+        if weight_t is not None:
+            if x.dim() == 2:  # [n, in] @ [in, out]: MKL reads the weight row-major
+                return torch.mm(x, weight_t) if self._bias is None else torch.addmm(self._bias, x, weight_t)
+            out = torch.matmul(x, weight_t)  # [..., sum(out)]
+            return out if self._bias is None else out + self._bias
         return F.linear(x, self._weight, self._bias)
 
     def prepare(self, linears: Sequence[nn.Linear]) -> None:
@@ -140,7 +155,9 @@ class FusedProjection:
             self._rebuild(linears)
 
     def _is_current(self, linears: Sequence[nn.Linear]) -> bool:
-        if (self._weight is None and self._packed is None) or len(self._seen) != len(linears):
+        if (self._weight is None and self._packed is None and self._weight_t is None) or len(
+            self._seen
+        ) != len(linears):
             return False
         for lin, (w, b) in zip(linears, self._seen, strict=True):
             params = lin._parameters  # the module's own dict: skips nn.Module.__getattr__ per read
@@ -150,7 +167,7 @@ class FusedProjection:
 
     def _rebuild(self, linears: Sequence[nn.Linear]) -> bool:
         """Cache the fused (and maybe packed) weight; False (nothing cached) where it could not be watched."""
-        self._weight, self._bias, self._packed, self._seen = None, None, None, []
+        self._weight, self._weight_t, self._bias, self._packed, self._seen = None, None, None, None, []
         weights = [lin.weight for lin in linears]
         biases = [lin.bias for lin in linears]
         present = [b for b in biases if b is not None]
@@ -170,6 +187,9 @@ class FusedProjection:
                 self._packed = torch.ops.mkldnn._reorder_linear_weight(self._weight, _PACK_BATCH_HINT)
                 if len(weights) > 1:
                     self._weight = None  # only the packed copy is read; keep one duplicate, not two
+            elif self._weight.device.type == "cpu" and nbytes <= MAX_FUSED_BYTES:
+                self._weight_t = self._weight.t().contiguous()  # [in, sum(out)]: the faster CPU layout
+                self._weight = None  # only the transposed copy is read
         self._seen = [
             (_watch(w), None if b is None else _watch(b)) for w, b in zip(weights, biases, strict=True)
         ]

@@ -59,3 +59,29 @@ def test_weights_above_the_size_limit_are_not_copied(monkeypatch: pytest.MonkeyP
     with torch.no_grad():
         torch.testing.assert_close(fused(x, (a, b)), _reference(x, (a, b)))
     assert fused._weight is None  # no duplicate of the weights was kept
+
+
+def test_cpu_keeps_unpacked_weights_transposed_and_contiguous() -> None:
+    for bias in (False, True):
+        a, b = _pair(bias)
+        fused, x = FusedProjection(), torch.randn(3, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(fused(x, (a, b)), _reference(x, (a, b)))
+            torch.testing.assert_close(fused(x[None], (a, b)), _reference(x, (a, b))[None])  # [1, 3, 10]
+        weight_t = fused._weight_t
+        assert weight_t is not None and weight_t.shape == (8, 10) and weight_t.is_contiguous()
+        assert fused._weight is None  # the transposed copy is the only duplicate
+        single = FusedProjection()
+        with torch.no_grad():
+            torch.testing.assert_close(single(x, (a,)), a(x))
+        assert single._weight_t is not None and single._weight_t.data_ptr() != a.weight.data_ptr()
+
+
+def test_a_single_weight_above_the_size_limit_is_used_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fused_linear, "MAX_FUSED_BYTES", 8 * 4 * 4 - 1)  # just under one 4x8 float32
+    a, _ = _pair(False)
+    fused, x = FusedProjection(), torch.randn(3, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x, (a,)), a(x))
+    assert fused._weight_t is None and fused._weight is not None
+    assert fused._weight.data_ptr() == a.weight.data_ptr()  # no copy: F.linear on the parameter
