@@ -13,7 +13,12 @@ being the draft row's first position), and the checkpoint to restore is the one 
 ``num_computed - 1`` — an index the host reads off the next row's layout.
 
 A slot reseeded for a new owner (admission after a finish or a preemption) forgets its pending
-checkpoints: ``reset`` — the new owner's first row must never restore the old owner's state.
+checkpoints — the new owner's first row must never restore the old owner's state. The tracker is
+host bookkeeping: the runtime plans a step's rollback on the host (:meth:`DraftTracker.plan_part`,
+from the model's ``plan_indices``) and its index arrays travel in the step's one upload, so a new
+owner is recognised there, by its first row starting at position 0 (every admission prefills from
+the start); ``reset`` (called by ``model.reset_slot``) forgets a slot's checkpoints too, for code
+that drives a model without the runtime.
 """
 
 from __future__ import annotations
@@ -22,12 +27,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-import torch
+import numpy as np
 from torch import Tensor
 
-from tokenstate.contracts import ContractViolation, ForwardInput, RowSpan
+from tokenstate.contracts import BatchLayout, ContractViolation, ForwardInput, RowSpan
+from tokenstate.models.step_plan import PlanPart, part_tensors, upload_part
 
-__all__ = ["NO_DRAFTS", "DraftGroup", "DraftPlan", "DraftTracker", "StateCheckpoints"]
+__all__ = [
+    "NO_DRAFTS",
+    "PART",
+    "DraftGroup",
+    "DraftPlan",
+    "DraftTracker",
+    "StateCheckpoints",
+    "bind_draft_plan",
+]
+
+PART = "drafts"
+"""The name of the draft rollback's part of a model's index plan."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +86,17 @@ class DraftTracker:
     def __init__(self) -> None:
         self._pending: dict[int, tuple[int, int]] = {}  # slot -> (draft row's num_computed, query_len)
 
-    def plan(self, inp: ForwardInput) -> DraftPlan:
-        """The rollback work of one step (host metadata only: no device sync)."""
+    def plan_part(self, layout: BatchLayout) -> PlanPart:
+        """On the host, before the step is launched: its rollback work as index arrays.
+
+        Consumes the pending checkpoints of the step's slots and records the step's own draft
+        rows, so it is called once per step, in step order.
+        """
         slots: list[int] = []
         index: list[int] = []
-        for row in inp.layout.rows:
+        for row in layout.rows:
             pending = self._pending.pop(row.slot, None)
-            if pending is None:
+            if pending is None or row.num_computed == 0:  # a new owner's first row: nothing to restore
                 continue
             base, count = pending
             position = row.num_computed - base - 1  # the last accepted position of the draft row
@@ -90,28 +111,25 @@ class DraftTracker:
             slots.append(row.slot)
             index.append(position)
         by_length: dict[int, list[RowSpan]] = {}
-        for row in inp.layout.rows:
+        for row in layout.rows:
             if row.num_drafts > 0:
                 by_length.setdefault(row.query_len, []).append(row)
                 self._pending[row.slot] = (row.num_computed, row.query_len)
-        # One host->device copy for every index vector of the step.
         host = [slots, index] if slots else []
         for rows in by_length.values():
             host += [[r.slot for r in rows], [r.start for r in rows]]
-        if not host:
-            return NO_DRAFTS
-        sizes = [len(h) for h in host]
-        packed = torch.tensor([v for h in host for v in h], dtype=torch.int64)  # [sum(sizes)]
-        if inp.device.type != "cpu":
-            packed = packed.pin_memory().to(inp.device, non_blocking=True)
-        parts = list(packed.split(sizes))
-        restore_slots = restore_index = None
-        if slots:
-            restore_slots, restore_index, parts = parts[0], parts[1], parts[2:]
-        groups = tuple(
-            DraftGroup(length, parts[2 * g], parts[2 * g + 1]) for g, length in enumerate(by_length)
-        )
-        return DraftPlan(restore_slots, restore_index, groups)
+        arrays = tuple(np.array(h, dtype=np.int64) for h in host)
+        return PlanPart(_DraftMeta(restores=bool(slots), lengths=tuple(by_length)), arrays)
+
+    def plan(self, inp: ForwardInput) -> DraftPlan:
+        """On the stream: the step's rollback work, from the indices the runtime uploaded with it
+        (part ``"drafts"`` of ``inp.layout.indices``); planned and uploaded here only for a forward
+        called without the runtime."""
+        found = part_tensors(inp, PART)
+        if found is None:
+            part = self.plan_part(inp.layout)
+            found = part.meta, upload_part(part.arrays, inp.device)
+        return bind_draft_plan(*found)
 
     def reset(self, slot: int) -> None:
         """The slot gets a new owner: its checkpoints are void."""
@@ -119,6 +137,30 @@ class DraftTracker:
 
     def clear(self) -> None:
         self._pending.clear()
+
+
+def bind_draft_plan(meta: object, tensors: tuple[Tensor, ...]) -> DraftPlan:
+    """On the stream: the :class:`DraftPlan` over a ``"drafts"`` part's uploaded tensors (views)."""
+    if not isinstance(meta, _DraftMeta):
+        raise ContractViolation(f"index plan part {PART!r} was not built by DraftTracker.plan_part.")
+    if not tensors:
+        return NO_DRAFTS
+    parts = list(tensors)
+    restore_slots = restore_index = None
+    if meta.restores:
+        restore_slots, restore_index, parts = parts[0], parts[1], parts[2:]
+    groups = tuple(
+        DraftGroup(length, parts[2 * g], parts[2 * g + 1]) for g, length in enumerate(meta.lengths)
+    )
+    return DraftPlan(restore_slots, restore_index, groups)
+
+
+@dataclass(frozen=True, slots=True)
+class _DraftMeta:
+    """The host-only part of a step's draft plan: which index arrays were sent."""
+
+    restores: bool  # the first two arrays are the restore slots and checkpoint indices
+    lengths: tuple[int, ...]  # query length of each draft group, in array order (two arrays each)
 
 
 class StateCheckpoints:

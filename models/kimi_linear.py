@@ -182,7 +182,7 @@ class KimiLinear(nn.Module):
 
     def plan_indices(self, layout: BatchLayout) -> IndexPlan:
         """On the host, before the step is launched: the MLA's and the KDA layers' index arrays."""
-        attention = recurrent = None
+        attention = recurrent = drafts = None
         if self._has_mla:
             attention = SlotBatch.plan(
                 layout, num_slots=self.num_slots, max_model_len=self.max_model_len,
@@ -190,7 +190,8 @@ class KimiLinear(nn.Module):
             )  # fmt: skip
         if self._has_kda:
             recurrent = plan_recurrent_groups(layout, num_slots=self.num_slots)
-        return index_plan(attention=attention, recurrent=recurrent)
+            drafts = self._drafts.plan_part(layout)
+        return index_plan(attention=attention, recurrent=recurrent, drafts=drafts)
 
     def logits_from_embeddings(self, hidden: Tensor, inp: ForwardInput) -> Tensor:
         """Run the layers on ``[num_tokens, hidden]`` embeddings → ``[num_logits, vocab]`` float32."""

@@ -71,7 +71,9 @@ class NemotronHBackbone(nn.Module):
             layout, num_slots=self.num_slots, max_model_len=self.max_model_len,
             device=self.embeddings.weight.device,
         )  # fmt: skip
-        return index_plan(attention=attention, recurrent=RecurrentBatch.plan(layout))
+        return index_plan(
+            attention=attention, recurrent=RecurrentBatch.plan(layout), drafts=self._drafts.plan_part(layout)
+        )
 
     def forward(self, inp: ForwardInput) -> Tensor:
         """``[num_logits, hidden]`` final-normed states at ``inp.logits_indices``."""

@@ -13,7 +13,7 @@ import torch.utils._device
 from tokenstate.runtime import LLM, SamplingParams
 from tokenstate.runtime.runner import ModelRunner
 
-from .input_batch_mutants import forward_uploads_own_indices
+from .input_batch_mutants import drafts_planned_in_forward, forward_uploads_own_indices
 
 PRESETS = ("tiny-llama", "tiny-nemotron-h", "tiny-kimi-linear")
 BUILDERS = ("tensor", "as_tensor", "from_numpy")  # how host row metadata becomes a tensor
@@ -72,7 +72,7 @@ def test_forwards_build_no_row_metadata_of_their_own(monkeypatch):
     assert not built, f"forwards built row metadata themselves: {built}"
 
 
-@pytest.mark.owed("INB-2")
+@pytest.mark.paid("INB-2", before=drafts_planned_in_forward)
 def test_draft_rollback_indices_arrive_in_the_layout(monkeypatch):
     built = _count(monkeypatch, speculative=True)
     assert not built, f"forwards built row metadata themselves under speculative decoding: {built}"
