@@ -1,8 +1,8 @@
 """Streams: where a step's device work runs, in submission order, fenced by events.
 
-The runner never touches device tensors from the host thread. It *submits* device work (reseeding
+The runner touches device tensors only inside stream tasks. It *submits* device work (reseeding
 admitted slots, the upload copy, combine, forward, sampling, post-update, the copy back) to a
-stream, and *records* events after it; the host only waits on an event, at a fence. Two stream
+stream, and *records* events after it; the host only waits on an event, at a fence. Three stream
 implementations share that one interface, so the mirror and the runner have one code path:
 
 * :class:`CpuStream` — one worker thread that owns the device tensors and runs the submitted tasks
