@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-ZOO_ROOT = HERE.parent / "tests" / "contracts" / "checker" / "zoo"
+ZOO_ROOT = HERE.parent / "tests" / "checker" / "zoo"
 sys.path.insert(0, str(HERE))
 
 from _measure import print_table, row  # noqa: E402

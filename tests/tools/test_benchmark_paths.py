@@ -1,0 +1,42 @@
+"""The benchmark scripts still find the repository files they read.
+
+Nothing else runs ``benchmarks/`` in the test tiers (they measure, for minutes), so a moved test
+tree or data file would only show when somebody next runs ``run_all.py``. Every module-level
+``Path`` constant of a benchmark module that points into the repository must exist.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCHMARKS = REPO / "benchmarks"
+MODULES = sorted(p.stem for p in BENCHMARKS.glob("*.py") if not p.stem.startswith("_"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def benchmarks_on_path() -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    yield
+    sys.path.remove(str(BENCHMARKS))
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_benchmark_module_paths_exist(name: str) -> None:
+    module = importlib.import_module(name)
+    paths = {
+        attr: value
+        for attr, value in vars(module).items()
+        if isinstance(value, Path) and value.resolve().is_relative_to(REPO)
+    }
+    missing = {attr: str(p) for attr, p in paths.items() if not p.exists()}
+    assert not missing, f"benchmarks/{name}.py reads paths that are gone: {missing}"
+
+
+def test_checker_zoo_is_where_the_scale_benchmark_reads_it() -> None:
+    module = importlib.import_module("checker_scale")
+    assert (module.ZOO_ROOT / "expected.py").is_file()
