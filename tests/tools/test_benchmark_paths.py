@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ MODULES = sorted(p.stem for p in BENCHMARKS.glob("*.py") if not p.stem.startswit
 
 
 @pytest.fixture(scope="module", autouse=True)
-def benchmarks_on_path() -> None:
+def benchmarks_on_path() -> Iterator[None]:
     sys.path.insert(0, str(BENCHMARKS))
     yield
     sys.path.remove(str(BENCHMARKS))
