@@ -108,3 +108,10 @@ def test_recorded_run_meets_the_vllm_target() -> None:
     vllm = [r for r in recorded_rows("engine_vs_peers") if "vLLM-CPU" in r["measure"]]
     assert len(vllm) == 4, f"the recorded run has {len(vllm)} of the 4 vLLM cells"
     assert all(r["pass"] for r in vllm), [(r["measure"], r["ratio"]) for r in vllm]
+
+
+@pytest.mark.owed("CPU-4")
+def test_recorded_run_beats_hf_batched_by_three() -> None:
+    batched = [r for r in recorded_rows("engine_vs_hf") if "batched" in r["measure"]]
+    assert len(batched) == 3, f"the recorded run has {len(batched)} of the 3 presets"
+    assert all(r["pass"] for r in batched), [(r["measure"], r["ratio"]) for r in batched]
