@@ -2,8 +2,9 @@
 
 Run: ``python benchmarks/async_vs_sync.py [--quick]``. Two engines over the same model serve the same
 workload (mixed prompt lengths, chunked prefill, continuous batching), back to back in every
-repetition, the order swapped each time (a fixed order would charge whatever the first run of a round pays
-to one engine only); the first round warms both up. Both must produce the same tokens (``tokens_match``).
+repetition, the order swapped each time (a fixed order would charge whatever the first run of a
+round pays to one engine only); the first round warms both up. Both must produce the same tokens
+(``tokens_match``).
 
 On the **thread** stream (a worker thread owning the device tensors) the async engine prepares step
 N+1 on the host thread while the worker runs step N's forward; the sync engine waits for every step
@@ -93,8 +94,7 @@ def _compare(
     steps: dict[str, int] = {}
     tokens: dict[str, list] = {}
     for rep in range(reps + 1):
-        # The order alternates every round, so whatever the first run of a round pays (or the second
-        # inherits) falls on both engines alike.
+        # Swapped every round: see the module docstring.
         order = list(engines.items()) if rep % 2 else list(engines.items())[::-1]
         for mode, llm in order:
             before, clocks[mode].seconds = llm.stats.total_steps, 0.0

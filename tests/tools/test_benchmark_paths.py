@@ -36,8 +36,3 @@ def test_benchmark_module_paths_exist(name: str) -> None:
     }
     missing = {attr: str(p) for attr, p in paths.items() if not p.exists()}
     assert not missing, f"benchmarks/{name}.py reads paths that are gone: {missing}"
-
-
-def test_checker_zoo_is_where_the_scale_benchmark_reads_it() -> None:
-    module = importlib.import_module("checker_scale")
-    assert (module.ZOO_ROOT / "expected.py").is_file()
