@@ -68,6 +68,10 @@ class HostStepInputs:
     sample_slots: np.ndarray  # [num_logits] int32, slot of each sampled token
     sample_positions: np.ndarray  # [num_logits] int32, position each sampled token will occupy
     sample_output_index: np.ndarray  # [num_logits] int32, index of each sampled token in its output
+    # The logits whose sampled position holds a draft in this step's input (all but the last logit
+    # of a drafted row), and which of the slot's drafts sits there:
+    draft_logits: np.ndarray  # [num_draft_logits] int32
+    draft_rank: np.ndarray  # [num_draft_logits] int32, index into the slot's draft table
 
     @property
     def has_stale(self) -> bool:
@@ -179,6 +183,8 @@ def prepare_inputs(
     ).astype(np.int32)  # [num_logits] int32
     # The logit at flat position i predicts the token after positions[i].
     sample_positions = positions[logits_indices] + 1  # [num_logits] int32
+    # Logit j < d of a row with d drafts samples the position its draft j occupies as an input.
+    draft_logits = np.flatnonzero(logit_rank < num_drafts[logit_row]).astype(np.int32)
     layout = BatchLayout(
         qsl_t,
         seq_t,
@@ -200,6 +206,8 @@ def prepare_inputs(
         sample_slots=slots[logit_row],
         sample_positions=sample_positions.astype(np.int32),
         sample_output_index=(sample_positions - prompt_lens[logit_row]).astype(np.int32),
+        draft_logits=draft_logits,
+        draft_rank=logit_rank[draft_logits],
     )
 
 

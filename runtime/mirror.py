@@ -50,6 +50,9 @@ class DeviceStepInputs:
     sample_output_index: torch.Tensor  # [num_logits] int64
     sample_positions: torch.Tensor  # [num_logits] int64, position each sampled token occupies
     history_index: torch.Tensor  # [num_logits] int64, flat index of that position in the history
+    # Where this step's drafts sit in the history, and where in ``draft_tokens`` each one is:
+    draft_history_index: torch.Tensor  # [num_draft_logits] int64, into history.view(-1)
+    draft_source: torch.Tensor  # [num_draft_logits] int64, into draft_tokens.view(-1)
     model_indices: tuple[torch.Tensor, ...]  # the model's IndexPlan arrays, int64 each
 
 
@@ -165,7 +168,8 @@ class DeviceMirror:
         self.presence_penalty = torch.zeros(num_slots, **f32)  # [num_slots] float32
         self.frequency_penalty = torch.zeros(num_slots, **f32)  # [num_slots] float32
         # Every token of each slot's request by position — prompt, resolved and still-unresolved
-        # sampled tokens — written on the device right after sampling. The one history the
+        # sampled tokens — written on the device right after sampling (and a step's drafts just
+        # before its logits are processed, overwritten by that write). The one history the
         # penalties, bad words and the draft proposer read: it never holds a placeholder.
         self.history = torch.zeros((num_slots, max_model_len), **i32)  # [num_slots, max_model_len]
         # int32 inputs (the kernels' operands) and int64 ones (torch index operands) are staged
@@ -255,11 +259,12 @@ class DeviceMirror:
         sample_slots = step.sample_slots.astype(np.int64)  # [num_logits]
         sample_positions = step.sample_positions.astype(np.int64)  # [num_logits]
         history_index = sample_slots * self.max_model_len + sample_positions  # [num_logits] int64
+        draft_source = sample_slots[step.draft_logits] * self.draft_tokens.shape[1] + step.draft_rank  # [num_draft_logits]
         model_arrays = () if plan is None else plan.arrays
         (positions, slots_long, logits_idx, sample_slots_t, out_idx, sample_pos,
-         history_index_t, *model_indices) = self._staging_long.upload((
+         history_index_t, draft_history_index, draft_source_t, *model_indices) = self._staging_long.upload((
             step.positions, step.slots, step.logits_indices, sample_slots, step.sample_output_index,
-            sample_positions, history_index, *model_arrays,
+            sample_positions, history_index, history_index[step.draft_logits], draft_source, *model_arrays,
         ))  # fmt: skip
         return DeviceStepInputs(
             host_ids=ids[0] if ids else None,
@@ -275,6 +280,8 @@ class DeviceMirror:
             sample_output_index=out_idx,
             sample_positions=sample_pos,
             history_index=history_index_t,
+            draft_history_index=draft_history_index,
+            draft_source=draft_source_t,
             model_indices=tuple(model_indices),
         )
 

@@ -202,15 +202,29 @@ class ModelRunner:
             )  # fmt: skip
         if any(p.bad_words for p in params):
             cu = prepared.cu_num_logits
+            # Every logit of a row, drafts' included: each one samples a position of its own.
             entries = [
-                (int(cu[r]), row.slot, int(prepared.sample_positions[cu[r]]), row.request.params.bad_words)
+                (i, row.slot, int(prepared.sample_positions[i]), row.request.params.bad_words)
                 for r, row in enumerate(batch.rows)
                 if row.samples and row.request.params.bad_words
+                for i in range(int(cu[r]), int(cu[r + 1]))
             ]  # fmt: skip
             plan = plan_bad_words(entries, max_model_len=self.mirror.max_model_len, device=self.device)
             if plan is not None:
                 logits = ban_bad_words(logits, history, plan)
         return logits
+
+    def _write_drafts_to_history(self, dev: DeviceStepInputs) -> None:
+        """On the stream: put this step's drafts into the device history at the positions they hold.
+
+        The logit at draft position ``j`` of a row is verified as if drafts ``0..j-1`` were accepted
+        (if one is not, the logit is discarded), so its penalties and bad words must see them in
+        the history too. The sampled tokens written after verification overwrite every one of these
+        positions, so the history ends the step exactly as it would without this write.
+        """
+        mirror = self.mirror
+        drafts = mirror.draft_tokens.view(-1).index_select(0, dev.draft_source)  # [num_draft_logits]
+        mirror.history.view(-1).index_copy_(0, dev.draft_history_index, drafts)
 
     def _launch(
         self, batch: ScheduledBatch, prepared: HostStepInputs, *, use_combine: bool
@@ -266,6 +280,8 @@ class ModelRunner:
         )
         with guard:
             logits = self.factory.forward(self.model, inp)  # [num_logits, vocab] float32
+        if prepared.draft_logits.size and any(row.request.params.reads_history for row in batch.sampling_rows):
+            self._write_drafts_to_history(dev)
         logits = self._process_logits(batch, prepared, dev, logits, history)
         sampled = sample(logits, self._sampling_rows(batch, dev))  # [num_logits] int32
         keep = dev.cu_num_logits[1:] > dev.cu_num_logits[:-1]  # [num_rows] bool: the row samples

@@ -128,7 +128,7 @@ class Scheduler:
 
     def _num_drafts(self, req: Request, budget_left: int) -> int:
         k = self.num_speculative_tokens
-        if k == 0 or not req.params.greedy or req.params.reads_history:
+        if k == 0:
             return 0
         room = min(
             k,

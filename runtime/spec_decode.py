@@ -14,8 +14,19 @@ verification just accepted.
 
 The drafts land in ``draft_tokens[slot]``; the next row of the slot carries the first ``d <= k`` of
 them (``d`` decided on the host, so the logits count per row is known without a device sync),
-combine splices them in, and greedy verification (:func:`~tokenstate.runtime.kernels.verify_drafts`)
-accepts the longest prefix that equals the target model's argmax.
+combine splices them in, and verification (:func:`~tokenstate.runtime.kernels.verify_drafts`)
+accepts the longest prefix that equals the tokens the sampler drew from the target model's logits.
+
+**Every request drafts, and drafts never change a token.** The sampler draws each logit's token as
+it would without drafts: argmax for a greedy request; for a sampled one the counter-based draw of
+(seed, output index), which does not depend on the step the logit runs in. A draft is accepted while
+it equals that token, so each emitted token is the one plain decoding emits at its index, and the
+first mismatch emits the sampled token itself. With a deterministic proposer this is rejection
+sampling for a one-hot draft distribution — accept with probability ``p(draft)``, else draw from the
+rest — with the two coupled through one draw, so it is exact, not just exact in distribution. The
+logits processors see what plain decoding sees: before they run, the runner writes the step's
+drafts into the device history at the positions they hold (verification then overwrites those
+positions with the sampled tokens), and bad words are matched at every logit of a row.
 """
 
 from __future__ import annotations
@@ -36,8 +47,8 @@ SPECULATIVE_METHODS: tuple[str, ...] = ("ngram",)
 class SpeculativeConfig:
     """``LLM(speculative={"method": "ngram", "num_tokens": k, "ngram_size": g})``, validated.
 
-    Drafts are proposed for greedy requests whose sampling reads no history (no penalties, no bad
-    words); every other request in the same engine decodes one token per row.
+    Drafts are proposed for every request, greedy or sampled, with or without penalties and bad
+    words; drafted output equals plain output (see the module docstring).
     """
 
     method: str

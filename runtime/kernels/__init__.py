@@ -5,7 +5,7 @@
 * :func:`guarded_embedding` / :class:`GuardedEmbedding` gather embedding rows and refuse ids outside
   ``[0, vocab)``, recording them in the current :class:`StepGuard` until the runner's sync point.
 * :func:`post_update` advances the slot-indexed mirror after sampling; :func:`verify_drafts` does
-  greedy speculative verification.
+  speculative verification against the sampled tokens.
 
 Each public launcher checks its arguments' metadata, then runs the Triton kernel on CUDA tensors. On
 CPU tensors, ``combine`` and ``post_update`` run numpy host twins (``backend="auto"``: a step's few

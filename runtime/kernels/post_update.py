@@ -1,4 +1,4 @@
-"""Post-update after sampling: advance the slot-indexed mirror state, and verify greedy drafts.
+"""Post-update after sampling: advance the slot-indexed mirror state, and verify drafts.
 
 Row ``r`` (slot ``s = slots[r]``, ``q`` query tokens of which the last ``d = num_drafts[r]`` are
 drafts, logits at flat ``cu_num_logits[r] .. cu_num_logits[r + 1] - 1``) emits
@@ -151,15 +151,16 @@ def verify_drafts(
     *,
     backend: str = "auto",
 ) -> torch.Tensor:
-    """Greedy draft verification: ``num_sampled[r] = 1 + longest prefix where draft == target``.
+    """Draft verification: ``num_sampled[r] = 1 + longest prefix where draft == target``.
 
     Row ``r`` with ``d = num_drafts[r]`` drafts has ``1 + d`` logits; ``target[cu[r] + j]`` is the
-    target model's greedy token after the row's ``j``-th input of the tail, so draft ``j`` is
+    token the sampler drew from the row's ``j``-th logit of the tail (argmax for a greedy request,
+    the seeded draw for a sampled one: see :mod:`tokenstate.runtime.spec_decode`), so draft ``j`` is
     accepted while ``draft_tokens[slots[r], j] == target[cu[r] + j]`` for all earlier ``j``. A row
     with no logits gets 0 (nothing emitted).
 
     Args:
-        target: ``[num_logits]`` int32/int64 argmax tokens.
+        target: ``[num_logits]`` int32/int64 sampled tokens, one per logit.
         cu_num_logits: ``[num_rows + 1]`` int32.
         slots: ``[num_rows]`` int32.
         draft_tokens: ``[num_slots, max_drafts]`` int32, the drafts that combine spliced in.

@@ -310,3 +310,51 @@ gate_misses_record_into_lost_slot = mutant(
     "gate must catch it on every reference model, which takes a cell that hands a slot over while "
     "its previous owner's token is still in flight.",
 )(record_into_lost_slot._apply)
+
+
+@mutant(
+    "ASY-7/drafts-only-for-plain-greedy",
+    doc="The scheduler proposes drafts only for greedy requests that read no history (the rule "
+    "before drafts were verified by the sampled token): every request with a temperature, a "
+    "penalty or bad words decodes one token per row.",
+)
+def drafts_only_for_plain_greedy(patch: MutantPatch) -> None:
+    from tokenstate.runtime.scheduler import Scheduler
+
+    num_drafts = Scheduler._num_drafts
+
+    def plain_greedy_only(self: Scheduler, req: Any, budget_left: int) -> int:
+        if not req.params.greedy or req.params.reads_history:
+            return 0
+        return num_drafts(self, req, budget_left)
+
+    patch.setattr(Scheduler, "_num_drafts", plain_greedy_only)
+
+
+@mutant(
+    "ASY-17/drafts-missing-from-history",
+    doc="The runner leaves a step's drafts out of the device history until verification: the "
+    "penalties and bad words of a draft position read what the history held there before (an "
+    "earlier rejected draft, or nothing), not the drafts that precede it in the input.",
+)
+def drafts_missing_from_history(patch: MutantPatch) -> None:
+    from tokenstate.runtime.runner import ModelRunner
+
+    patch.setattr(ModelRunner, "_write_drafts_to_history", lambda self, dev: None)
+
+
+@mutant(
+    "ASY-18/bad-words-at-first-logit-only",
+    doc="Bad words are matched only at each row's first logit, as when a row sampled one token: a "
+    "drafted row's later logits may sample a banned token.",
+)
+def bad_words_at_first_logit_only(patch: MutantPatch) -> None:
+    runner_module = importlib.import_module("tokenstate.runtime.runner")
+    plan = runner_module.plan_bad_words
+
+    def first_logits_only(entries: Any, **kwargs: Any) -> Any:
+        entries = list(entries)
+        firsts = {(slot, min(p for _, s, p, _ in entries if s == slot)) for _, slot, _, _ in entries}
+        return plan([e for e in entries if (e[1], e[2]) in firsts], **kwargs)
+
+    patch.setattr(runner_module, "plan_bad_words", first_logits_only)

@@ -9,7 +9,10 @@ from tokenstate.runtime import LLM, SamplingParams
 from tokenstate.runtime.workload import Arrival, run_workload
 
 from .async_scheduling_mutants import (
+    bad_words_at_first_logit_only,
     combine_ignores_drafts,
+    drafts_missing_from_history,
+    drafts_only_for_plain_greedy,
     idle_rows_emit,
     penalties_read_host_history,
     resume_keeps_prefill_len,
@@ -103,8 +106,44 @@ def test_reused_slot_history_is_reseeded():
         assert [o.token_ids for o in run_workload(llm, arrivals)] == alone  # one slot, reused 3x
 
 
-@pytest.mark.owed("ASY-7")
-def test_drafts_for_history_reading_requests():
-    llm = LLM(toy_factory(), speculative={"method": "ngram", "num_tokens": 2})
-    llm.generate(PROMPTS, SamplingParams(max_tokens=12, repetition_penalty=1.2, ignore_eos=True))
-    assert llm.stats.drafts_proposed > 0
+# Every request reads its history or samples, so each draft proposed is one of theirs. Frequency
+# penalties below 0 and repetition penalties below 1 keep the toy model repeating (drafts accepted).
+SPEC = {"method": "ngram", "num_tokens": 3}
+PENALISED = [
+    SamplingParams(max_tokens=32, frequency_penalty=-0.3, ignore_eos=True),
+    SamplingParams(max_tokens=32, repetition_penalty=0.8, ignore_eos=True),
+    SamplingParams(max_tokens=32, presence_penalty=0.1, frequency_penalty=0.05, ignore_eos=True),
+]
+BAD_WORDS = [  # (67, 72) and 59 59 are bigrams the toy model repeats on these prompts
+    SamplingParams(max_tokens=32, frequency_penalty=-0.3, bad_words=((67, 72), (59, 59, 59)), ignore_eos=True),
+    SamplingParams(max_tokens=32, repetition_penalty=0.8, bad_words=((109,),), ignore_eos=True),
+]
+SAMPLED = [
+    SamplingParams(max_tokens=32, temperature=0.6, top_k=8, seed=4, ignore_eos=True),
+    SamplingParams(max_tokens=32, temperature=0.3, top_p=0.9, seed=7, frequency_penalty=-0.3, ignore_eos=True),
+]
+
+
+def drafted_equals_plain(sampling) -> None:
+    """Drafts are proposed, accepted and rejected on both paths, and change no token."""
+    for params in sampling:
+        plain = LLM(toy_factory(), async_scheduling=False).generate(PROMPTS, params)
+        (sync, sync_stats), (async_, stats) = both_paths(toy_factory(), PROMPTS, params, speculative=SPEC)
+        for s in (sync_stats, stats):
+            assert s.drafts_accepted > 0 and s.drafts_rejected > 0, (params, s)
+        assert [o.token_ids for o in async_] == [o.token_ids for o in sync] == [o.token_ids for o in plain], params
+
+
+@pytest.mark.paid("ASY-7", before=drafts_only_for_plain_greedy)
+def test_drafts_for_history_reading_and_sampled_requests():
+    drafted_equals_plain(PENALISED[:1] + BAD_WORDS[:1] + SAMPLED)
+
+
+@pytest.mark.paid("ASY-17", before=drafts_missing_from_history)
+def test_penalties_at_a_draft_position_see_the_drafts_before_it():
+    drafted_equals_plain(PENALISED)
+
+
+@pytest.mark.paid("ASY-18", before=bad_words_at_first_logit_only)
+def test_bad_words_are_banned_at_every_draft_position():
+    drafted_equals_plain(BAD_WORDS)
