@@ -15,7 +15,9 @@ from tokenstate.contracts import ConfigError
 from tokenstate.models.fused_linear import FusedProjection
 from tokenstate.models.slot_batch import ShortRows, SlotBatch
 
-__all__ = ["ACTIVATIONS", "GatedMLP", "RMSNorm", "RotaryEmbedding", "SlotAttention", "slot_attention"]
+__all__ = [
+    "ACTIVATIONS", "GatedMLP", "RMSNorm", "RotaryEmbedding", "SlotAttention", "allocate_kv_cache", "slot_attention",
+]  # fmt: skip
 
 ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu}
 
@@ -108,6 +110,18 @@ class GatedMLP(nn.Module):
         self._down.prepare((self.down_proj,))
 
 
+def allocate_kv_cache(num_slots: int, num_heads: int, max_model_len: int, head_dim: int, *, like: Tensor) -> Tensor:
+    """A zeroed ``[num_slots, num_heads, max_model_len, head_dim]`` cache with ``like``'s dtype and device.
+
+    Head-major: one KV head's keys of one slot are contiguous, so the attention of a run of slots
+    streams each head's ``[kv_len, head_dim]`` block once. With positions outermost
+    (``[slots, len, heads, d]``) a head's keys sit ``heads * d`` floats apart and every head re-reads
+    the slots' whole cache lines; once a run's cache outgrows L2 that read cost 2.7-4.6x more per
+    decode call on this CPU (16-64 rows of 300-640 keys; see *Design notes -> CPU serving speed*).
+    """
+    return torch.zeros(num_slots, num_heads, max_model_len, head_dim, dtype=like.dtype, device=like.device)
+
+
 def slot_attention(
     q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, batch: SlotBatch, scale: float
 ) -> Tensor:
@@ -117,8 +131,8 @@ def slot_attention(
         q: ``[num_tokens, num_heads, head_dim]`` queries (rotary already applied).
         k: ``[num_tokens, num_kv_heads, head_dim]`` keys (rotary already applied).
         v: ``[num_tokens, num_kv_heads, v_head_dim]`` values.
-        k_cache: ``[num_slots, max_model_len, num_kv_heads, head_dim]``, ``q``'s dtype.
-        v_cache: ``[num_slots, max_model_len, num_kv_heads, v_head_dim]``, ``q``'s dtype.
+        k_cache: ``[num_slots, num_kv_heads, max_model_len, head_dim]`` (:func:`allocate_kv_cache`).
+        v_cache: ``[num_slots, num_kv_heads, max_model_len, v_head_dim]``.
         batch: the step's slot indices, shared by every attention layer of the step.
         scale: softmax scale.
 
@@ -131,11 +145,11 @@ def slot_attention(
     if short is not None:
         k_short = k if short.write_tokens is None else k[short.write_tokens]  # [n, kv_heads, d]
         v_short = v if short.write_tokens is None else v[short.write_tokens]  # [n, kv_heads, dv]
-        k_cache[short.write_slots, short.write_positions] = k_short
-        v_cache[short.write_slots, short.write_positions] = v_short
+        k_cache[short.write_slots, :, short.write_positions] = k_short
+        v_cache[short.write_slots, :, short.write_positions] = v_short
     for chunk in batch.long_rows:
-        k_cache[chunk.slot, chunk.num_computed : chunk.seq_len] = k[chunk.start : chunk.end]
-        v_cache[chunk.slot, chunk.num_computed : chunk.seq_len] = v[chunk.start : chunk.end]
+        k_cache[chunk.slot, :, chunk.num_computed : chunk.seq_len] = k[chunk.start : chunk.end].transpose(0, 1)
+        v_cache[chunk.slot, :, chunk.num_computed : chunk.seq_len] = v[chunk.start : chunk.end].transpose(0, 1)
 
     out = q.new_empty(q.shape[0], q.shape[1], v.shape[2])  # [num_tokens, num_heads, v_head_dim]
     if short is not None:
@@ -152,8 +166,8 @@ def slot_attention(
 
     for chunk in batch.long_rows:
         # A prefill chunk: its queries attend to the slot's cache up to each query's own position.
-        keys = k_cache[chunk.slot, : chunk.seq_len].transpose(0, 1).unsqueeze(0)  # [1, kv_heads, S, d]
-        values = v_cache[chunk.slot, : chunk.seq_len].transpose(0, 1).unsqueeze(0)  # [1, kv_heads, S, dv]
+        keys = k_cache[chunk.slot, :, : chunk.seq_len].unsqueeze(0)  # [1, kv_heads, S, d]
+        values = v_cache[chunk.slot, :, : chunk.seq_len].unsqueeze(0)  # [1, kv_heads, S, dv]
         queries = q[chunk.start : chunk.end].transpose(0, 1).unsqueeze(0)  # [1, heads, n, d]
         whole_sequence = chunk.num_computed == 0  # square causal mask: SDPA builds it itself
         attended = F.scaled_dot_product_attention(
@@ -195,7 +209,7 @@ def _attend_short_rows(
 ) -> Tensor:
     """``[R, Q, heads, dv]``: all short rows (decode, decode + drafts), one masked attention per slot run.
 
-    Each run reads ``cache[slot_lo:slot_hi, :kv_len]`` as a view — the caches are never gathered.
+    Each run reads ``cache[slot_lo:slot_hi, :, :kv_len]`` as a view — the caches are never gathered.
     Rows are placed into the runs' span by slot (``span_index``); a hole's zero queries attend to
     finite cache values and their outputs are dropped.
     """
@@ -212,8 +226,8 @@ def _attend_short_rows(
     span_out = None if len(short.runs) == 1 else q.new_empty(short.span, q_len, q.shape[1], dv)
     for run in short.runs:
         n = run.slot_hi - run.slot_lo
-        keys = k_cache[run.slot_lo : run.slot_hi, : run.kv_len].transpose(1, 2)  # [n, kv_heads, L, d]: a view
-        values = v_cache[run.slot_lo : run.slot_hi, : run.kv_len].transpose(1, 2)  # [n, kv_heads, L, dv]
+        keys = k_cache[run.slot_lo : run.slot_hi, :, : run.kv_len]  # [n, kv_heads, L, d]: a view
+        values = v_cache[run.slot_lo : run.slot_hi, :, : run.kv_len]  # [n, kv_heads, L, dv]
         attended = _attend_run(span_q[run.offset : run.offset + n], keys, values, run.key_mask, scale)
         # attended: [n, Q, heads, dv]
         if span_out is None:
@@ -238,8 +252,8 @@ class SlotAttention(nn.Module):
         self.v_proj = nn.Linear(hidden_size, num_kv_heads * head_dim, bias=bias)
         self.o_proj = nn.Linear(num_heads * head_dim, hidden_size, bias=bias)
         # Runtime state, not weights (kept out of the state dict): set by allocate_slots.
-        self.k_cache: Tensor | None = None  # [num_slots, max_model_len, num_kv_heads, head_dim]
-        self.v_cache: Tensor | None = None  # [num_slots, max_model_len, num_kv_heads, head_dim]
+        self.k_cache: Tensor | None = None  # [num_slots, num_kv_heads, max_model_len, head_dim]
+        self.v_cache: Tensor | None = None  # [num_slots, num_kv_heads, max_model_len, head_dim]
         self._qkv = FusedProjection()  # q, k and v in one matmul (weights stay HF-named)
         self._o = FusedProjection()  # o_proj, pre-packed where that pays
 
@@ -249,9 +263,8 @@ class SlotAttention(nn.Module):
 
     def allocate_slots(self, num_slots: int, max_model_len: int) -> None:
         w = self.k_proj.weight
-        shape = (num_slots, max_model_len, self.num_kv_heads, self.head_dim)
-        self.k_cache = torch.zeros(shape, dtype=w.dtype, device=w.device)
-        self.v_cache = torch.zeros(shape, dtype=w.dtype, device=w.device)
+        self.k_cache = allocate_kv_cache(num_slots, self.num_kv_heads, max_model_len, self.head_dim, like=w)
+        self.v_cache = allocate_kv_cache(num_slots, self.num_kv_heads, max_model_len, self.head_dim, like=w)
 
     def reset_slot(self, slot: int) -> None:
         if self.k_cache is not None and self.v_cache is not None:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from tokenstate.contracts import ConfigError
-from tokenstate.models.layers import RMSNorm, slot_attention
+from tokenstate.models.layers import RMSNorm, allocate_kv_cache, slot_attention
 from tokenstate.models.slot_batch import SlotBatch
 
 __all__ = ["LATENT_NORM_EPS", "MultiHeadLatentAttention"]
@@ -64,14 +64,13 @@ class MultiHeadLatentAttention(nn.Module):
         self.kv_b_proj = nn.Linear(kv_lora_rank, num_heads * (qk_nope_head_dim + v_head_dim), bias=False)
         self.o_proj = nn.Linear(num_heads * v_head_dim, hidden_size, bias=bias)
         # Runtime state, not weights (kept out of the state dict): set by allocate_slots.
-        self.k_cache: Tensor | None = None  # [num_slots, max_model_len, heads, qk_head_dim]
-        self.v_cache: Tensor | None = None  # [num_slots, max_model_len, heads, v_head_dim]
+        self.k_cache: Tensor | None = None  # [num_slots, heads, max_model_len, qk_head_dim]
+        self.v_cache: Tensor | None = None  # [num_slots, heads, max_model_len, v_head_dim]
 
     def allocate_slots(self, num_slots: int, max_model_len: int) -> None:
-        w = self.kv_b_proj.weight
-        cells = (num_slots, max_model_len, self.num_heads)
-        self.k_cache = torch.zeros(*cells, self.qk_head_dim, dtype=w.dtype, device=w.device)
-        self.v_cache = torch.zeros(*cells, self.v_head_dim, dtype=w.dtype, device=w.device)
+        w, heads = self.kv_b_proj.weight, self.num_heads
+        self.k_cache = allocate_kv_cache(num_slots, heads, max_model_len, self.qk_head_dim, like=w)
+        self.v_cache = allocate_kv_cache(num_slots, heads, max_model_len, self.v_head_dim, like=w)
 
     def reset_slot(self, slot: int) -> None:
         # Attention only reads a slot's cells [0, seq_len), all rewritten by the new request; zeroing

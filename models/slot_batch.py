@@ -41,7 +41,7 @@ its longest one reads positions for nothing; splitting it costs a call. See ``_s
 class SlotRun:
     """One attention call of the short rows: slots ``[slot_lo, slot_hi)`` read in place.
 
-    The run's keys are the view ``cache[slot_lo:slot_hi, :kv_len]`` — no copy. Slots of the run that
+    The run's keys are the view ``cache[slot_lo:slot_hi, :, :kv_len]`` — no copy. Slots of the run that
     have no row this step (holes) get zero queries whose outputs are never read.
     """
 

@@ -115,7 +115,7 @@ def test_model_exposes_the_runner_contract():
     assert (model.vocab_size, model.max_model_len, model.eos_token_id) == (512, 1024, 2)
     model.allocate_slots(3)
     layer = model.model.layers[0].self_attn
-    assert tuple(layer.k_cache.shape) == (3, 1024, 4, 16)
+    assert tuple(layer.k_cache.shape) == (3, 4, 1024, 16)  # [slots, kv_heads, max_model_len, head_dim]
     assert not any("cache" in name for name in model.state_dict())
 
 
