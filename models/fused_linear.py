@@ -9,16 +9,18 @@ by the op count, so one ``[n, sum(out)]`` matmul instead of two or three saves a
 projection per layer.
 
 **Pre-packing (CPU, float32).** ``F.linear`` on the CPU is MKL ``sgemm`` with a transposed
-``[out, in]`` weight; at decode batch sizes (4..64 rows) and ``in_features >= 1024`` it runs at
-half speed (the weight's rows are 4 KiB apart, and every row block re-reads them). oneDNN's inner
-product with the weight reordered once into its blocked layout
+``[out, in]`` weight. oneDNN's inner product with the weight reordered once into its blocked layout
 (``torch.ops.mkldnn._reorder_linear_weight``, then ``torch.ops.mkldnn._linear_pointwise`` — the
-ops torch's own CPU freezing pass uses) measured 1.3–1.9x faster there on this machine, and works
-for any row count (the reorder's batch size is only a hint). It costs a fixed ~10 µs a call, so
-only weights of at least :data:`MIN_PACKED_ELEMENTS` are packed; smaller ones stay on
-``F.linear``. Results differ from ``F.linear`` in the last bits (a different summation order), as
-``F.linear`` itself does between batch sizes. Packing happens when a model is built or loaded
-(:func:`prepack`), and again lazily after any weight change (e.g. ``model.to(device)``).
+ops torch's own CPU freezing pass uses) measured 1.3–1.9x faster at decode batch sizes (4..64 rows)
+for ``in_features >= 1024``, and 1.1–1.7x from 2 rows on for weights of 2^17 elements and more
+(a hidden-256 model's q/k/v, gate/up, down and LM head) on this machine; it works for any row count
+(the reorder's batch size is only a hint). It costs a fixed ~10 µs a call, so only weights of at
+least :data:`MIN_PACKED_ELEMENTS` are packed (smaller ones stay on ``torch.mm``), and a packed
+group below :data:`MIN_ONE_ROW_PACKED_ELEMENTS` also keeps the transposed copy described next for
+one-row inputs, where that fixed cost is more than the GEMM (0.3–0.7x). Results differ from
+``F.linear`` in the last bits (a different summation order), as ``F.linear`` itself does between
+batch sizes. Packing happens when a model is built or loaded (:func:`prepack`), and again lazily
+after any weight change (e.g. ``model.to(device)``).
 
 **Transposed layout (CPU, unpacked weights).** The weights that stay off oneDNN are kept as one
 contiguous ``[in, sum(out)]`` copy and applied with ``torch.mm`` / ``torch.addmm``: MKL's GEMM with
@@ -43,6 +45,7 @@ from torch import Tensor, nn
 __all__ = [
     "MAX_FUSED_BYTES",
     "MAX_PACKED_BYTES",
+    "MIN_ONE_ROW_PACKED_ELEMENTS",
     "MIN_PACKED_ELEMENTS",
     "FusedProjection",
     "onednn_packing_available",
@@ -55,9 +58,13 @@ where a step is bound by op count (small models); bigger projections run one by 
 MAX_PACKED_BYTES = 2**30
 """Largest oneDNN-packed copy kept (bytes per group): the packed copy doubles the group's weight
 memory, which the faster GEMM pays for at every size up to an LM head of a 32k vocabulary."""
-MIN_PACKED_ELEMENTS = 2**20
-"""Weights with fewer elements stay on ``F.linear``: there oneDNN's ~10 µs per call costs more than
-its faster GEMM saves (measured on this machine: 256x1536 at 16 rows ~1.0x, 1024x1024 ~1.7x)."""
+MIN_PACKED_ELEMENTS = 2**17
+"""Weights with fewer elements stay on ``torch.mm``: there oneDNN's ~10 µs per call costs more than
+its faster GEMM saves (measured on this machine at 16 rows: 256x256 0.8x, 256x512 1.1x, 256x1536
+1.3x, 1024x2048 1.7x the speed of ``torch.mm``)."""
+MIN_ONE_ROW_PACKED_ELEMENTS = 2**20
+"""Packed groups with fewer elements also keep the transposed ``torch.mm`` copy, read by one-row
+inputs: at one row oneDNN ran at 0.3–0.7x ``torch.mm`` up to 2^19 elements and even from 2^20."""
 _PACK_BATCH_HINT = 16
 """Row count the packed layout is chosen for (a decode batch); any row count may use it."""
 
@@ -115,11 +122,12 @@ class FusedProjection:
     def __init__(self) -> None:
         self._seen: list[tuple[_Watch, _Watch | None]] = []  # per linear: weight, bias
         self._weight: Tensor | None = None  # [sum(out_features), in_features]
-        # On the CPU, unpacked: the fused weight transposed, contiguous (then _weight is None).
+        # On the CPU: the fused weight transposed, contiguous (then _weight is None); unpacked
+        # groups read it always, packed ones below MIN_ONE_ROW_PACKED_ELEMENTS for one-row inputs.
         self._weight_t: Tensor | None = None  # [in_features, sum(out_features)]
         self._bias: Tensor | None = None  # [sum(out_features)] or None
         # oneDNN blocked copy of the fused weight (opaque layout), or None; when set, _weight is
-        # None for a fused group (one duplicate of the weights, not two).
+        # None for a fused group (the packed copy, and maybe the transposed one, are the duplicates).
         self._packed: Tensor | None = None
 
     def __deepcopy__(self, memo: dict) -> FusedProjection:
@@ -139,10 +147,10 @@ class FusedProjection:
             return _separate(x, linears)
         if not self._is_current(linears) and not self._rebuild(linears):
             return _separate(x, linears)
-        if self._packed is not None:
-            return torch.ops.mkldnn._linear_pointwise(x, self._packed, self._bias, "none", [], "")
         weight_t = self._weight_t
-        if weight_t is not None:
+        if self._packed is not None and (weight_t is None or x.numel() != x.shape[-1]):
+            return torch.ops.mkldnn._linear_pointwise(x, self._packed, self._bias, "none", [], "")
+        if weight_t is not None:  # unpacked, or packed and one row
             if x.dim() == 2:  # [n, in] @ [in, out]: MKL reads the weight row-major
                 return torch.mm(x, weight_t) if self._bias is None else torch.addmm(self._bias, x, weight_t)
             out = torch.matmul(x, weight_t)  # [..., sum(out)]
@@ -185,8 +193,10 @@ class FusedProjection:
             self._bias = (torch.cat(present, dim=0) if len(present) > 1 else present[0]).detach() if present else None
             if will_pack:
                 self._packed = torch.ops.mkldnn._reorder_linear_weight(self._weight, _PACK_BATCH_HINT)
-                if len(weights) > 1:
-                    self._weight = None  # only the packed copy is read; keep one duplicate, not two
+                if sum(w.numel() for w in weights) < MIN_ONE_ROW_PACKED_ELEMENTS:
+                    self._weight_t = self._weight.t().contiguous()  # [in, sum(out)]: one-row inputs
+                if len(weights) > 1 or self._weight_t is not None:
+                    self._weight = None  # only the copies are read
             elif self._weight.device.type == "cpu" and nbytes <= MAX_FUSED_BYTES:
                 self._weight_t = self._weight.t().contiguous()  # [in, sum(out)]: the faster CPU layout
                 self._weight = None  # only the transposed copy is read

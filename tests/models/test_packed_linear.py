@@ -1,8 +1,8 @@
 """oneDNN pre-packed projections: same results as ``F.linear``, never stale, HF parity and the token
 gate kept, and the model still copies, moves and round-trips its weights.
 
-The reference presets are too small to be packed by default (see ``MIN_PACKED_ELEMENTS``), so each
-test here forces packing for every projection.
+The reference presets are too small to be packed by default (see ``MIN_PACKED_ELEMENTS``), so most
+tests here force packing for every projection.
 """
 
 from __future__ import annotations
@@ -62,9 +62,38 @@ def test_packed_projection_matches_f_linear_and_follows_weight_changes(group: in
                 torch.testing.assert_close(fused(x, linears), _reference(x, linears), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.usefixtures("force_packing")
+def test_small_packed_groups_serve_one_row_inputs_from_the_transposed_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(1)
+    linears = (nn.Linear(32, 8, bias=False), nn.Linear(32, 16, bias=False))
+    weight_t = torch.cat([lin.weight for lin in linears]).t().contiguous()  # [32, 24]
+    one_row, rows = torch.randn(1, 32), torch.randn(6, 32)
+    fused = FusedProjection()
+    with torch.no_grad():
+        assert torch.equal(fused(one_row, linears), torch.mm(one_row, weight_t))  # MKL, not oneDNN
+        assert fused.packed and fused._weight_t is not None and fused._weight is None
+        torch.testing.assert_close(fused(rows, linears), _reference(rows, linears), atol=1e-5, rtol=1e-5)
+        linears[1].weight.add_(1.0)  # both copies follow a weight change
+        weight_t = torch.cat([lin.weight for lin in linears]).t().contiguous()
+        assert torch.equal(fused(one_row, linears), torch.mm(one_row, weight_t))
+        torch.testing.assert_close(fused(rows, linears), _reference(rows, linears), atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(fused_linear, "MIN_ONE_ROW_PACKED_ELEMENTS", 1)  # big groups: packed copy only
+    big = FusedProjection()
+    with torch.no_grad():
+        torch.testing.assert_close(big(one_row, linears), _reference(one_row, linears), atol=1e-5, rtol=1e-5)
+    assert big.packed and big._weight_t is None and big._weight is None
+
+
 def test_small_weights_stay_on_f_linear_and_big_ones_are_packed_at_build() -> None:
     small = FACTORY.build_preset("tiny-llama")
     assert not any(p.packed for p in _projections(small))
+    hidden_256 = {**CONFIG, "vocab_size": 2048, "hidden_size": 256, "intermediate_size": 768,
+                  "num_attention_heads": 8, "num_key_value_heads": 4, "num_hidden_layers": 1,
+                  "tie_word_embeddings": False}  # fmt: skip
+    layer = build(hidden_256).model.layers[0]
+    # q/k/v (2^17 elements), gate/up and down are packed; o_proj (2^16) stays on torch.mm.
+    assert [layer.self_attn._qkv.packed, layer.self_attn._o.packed] == [True, False]
+    assert layer.mlp._gate_up.packed and layer.mlp._down.packed
     big = {**CONFIG, "vocab_size": 1024, "hidden_size": 1024, "intermediate_size": 1024, "num_attention_heads": 16,
            "num_key_value_heads": 16, "num_hidden_layers": 1}  # fmt: skip
     model = build(big)
