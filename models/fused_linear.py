@@ -64,7 +64,8 @@ its faster GEMM saves (measured on this machine at 16 rows: 256x256 0.8x, 256x51
 1.3x, 1024x2048 1.7x the speed of ``torch.mm``)."""
 MIN_ONE_ROW_PACKED_ELEMENTS = 2**20
 """Packed groups with fewer elements also keep the transposed ``torch.mm`` copy, read by one-row
-inputs: at one row oneDNN ran at 0.3–0.7x ``torch.mm`` up to 2^19 elements and even from 2^20."""
+inputs: at one row oneDNN ran at 0.3–0.7x ``torch.mm`` below 2^19 elements, about even up to 2^20 and
+1.1x above."""
 _PACK_BATCH_HINT = 16
 """Row count the packed layout is chosen for (a decode batch); any row count may use it."""
 

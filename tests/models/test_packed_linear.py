@@ -84,7 +84,7 @@ def test_small_packed_groups_serve_one_row_inputs_from_the_transposed_copy(monke
     assert big.packed and big._weight_t is None and big._weight is None
 
 
-def test_small_weights_stay_on_f_linear_and_big_ones_are_packed_at_build() -> None:
+def test_small_weights_stay_unpacked_and_bigger_ones_are_packed_at_build() -> None:
     small = FACTORY.build_preset("tiny-llama")
     assert not any(p.packed for p in _projections(small))
     hidden_256 = {**CONFIG, "vocab_size": 2048, "hidden_size": 256, "intermediate_size": 768,
