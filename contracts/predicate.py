@@ -20,8 +20,11 @@ from tokenstate.contracts.errors import ContractViolation
 
 __all__ = ["spliced_rows", "stale_position_mask"]
 
+# Row metadata: torch tensors (any device) or, on the host, numpy arrays.
+IntVector = torch.Tensor | np.ndarray
 
-def spliced_rows(seq_lens: torch.Tensor, prefill_lens: torch.Tensor) -> torch.Tensor:
+
+def spliced_rows(seq_lens: IntVector, prefill_lens: IntVector) -> IntVector:
     """Per-row spliced flag: ``seq_lens`` exceeds ``prefill_lens`` — THE row predicate.
 
     Args:
@@ -29,24 +32,32 @@ def spliced_rows(seq_lens: torch.Tensor, prefill_lens: torch.Tensor) -> torch.Te
         prefill_lens: ``[num_rows]`` integer, tokens the host knew when the row's request was
             admitted to its slot (gathered per row from the slot-indexed value).
 
+    Both are torch tensors or both numpy arrays (the host's input preparation and the CPU twins
+    evaluate the predicate in numpy, where an op costs a fraction of a torch dispatch).
+
     Returns:
-        ``[num_rows]`` bool.
+        ``[num_rows]`` bool, of the inputs' kind.
     """
-    if seq_lens.shape != prefill_lens.shape or seq_lens.dim() != 1:
+    if (
+        seq_lens.shape != prefill_lens.shape
+        or len(seq_lens.shape) != 1
+        or type(seq_lens) is not type(prefill_lens)
+    ):
         raise ContractViolation(
-            "spliced_rows: seq_lens and prefill_lens must both be [num_rows]; got "
-            f"{tuple(seq_lens.shape)} and {tuple(prefill_lens.shape)}. Gather prefill_len by slot "
+            "spliced_rows: seq_lens and prefill_lens must both be [num_rows], of one kind (torch "
+            f"tensors or numpy arrays); got {type(seq_lens).__name__} {tuple(seq_lens.shape)} and "
+            f"{type(prefill_lens).__name__} {tuple(prefill_lens.shape)}. Gather prefill_len by slot "
             "for each row before calling."
         )
     return seq_lens > prefill_lens
 
 
 def stale_position_mask(
-    query_start_loc: torch.Tensor,
-    seq_lens: torch.Tensor,
-    prefill_lens: torch.Tensor,
-    num_drafts: torch.Tensor | None = None,
-) -> torch.Tensor:
+    query_start_loc: IntVector,
+    seq_lens: IntVector,
+    prefill_lens: IntVector,
+    num_drafts: IntVector | None = None,
+) -> IntVector:
     """Per-position stale mask: the last ``1 + num_drafts`` positions of every spliced row.
 
     Args:
@@ -55,20 +66,32 @@ def stale_position_mask(
         prefill_lens: ``[num_rows]`` integer.
         num_drafts: ``[num_rows]`` integer draft-token count per row, or ``None`` for no drafts.
 
+    All torch tensors on one device, or all numpy arrays.
+
     Returns:
-        ``[num_tokens]`` bool where ``num_tokens = query_start_loc[-1]``.
+        ``[num_tokens]`` bool where ``num_tokens = query_start_loc[-1]``, of the inputs' kind.
     """
     num_rows = seq_lens.shape[0]
-    if query_start_loc.shape != (num_rows + 1,):
+    if tuple(query_start_loc.shape) != (num_rows + 1,):
         raise ContractViolation(
             f"stale_position_mask: query_start_loc must be [num_rows + 1] = [{num_rows + 1}], got "
             f"{tuple(query_start_loc.shape)}."
         )
+    if any(type(t) is not type(seq_lens) for t in (query_start_loc, num_drafts) if t is not None):
+        raise ContractViolation(
+            "stale_position_mask: pass every argument as a torch tensor or every one as a numpy "
+            f"array; got query_start_loc {type(query_start_loc).__name__}, seq_lens "
+            f"{type(seq_lens).__name__}, num_drafts {type(num_drafts).__name__}."
+        )
+    spliced = spliced_rows(seq_lens, prefill_lens)  # [num_rows] bool
+    if isinstance(seq_lens, np.ndarray):
+        return _mask_in_numpy(query_start_loc, spliced, num_drafts)
+    if seq_lens.device.type == "cpu":
+        # numpy views of the same memory: a CPU torch op costs more than the whole numpy mask.
+        drafts = None if num_drafts is None else num_drafts.numpy()
+        return torch.from_numpy(_mask_in_numpy(query_start_loc.numpy(), spliced.numpy(), drafts))
     if num_drafts is None:
         num_drafts = torch.zeros_like(seq_lens)
-    spliced = spliced_rows(seq_lens, prefill_lens)  # [num_rows] bool
-    if seq_lens.device.type == "cpu":
-        return _mask_on_host(query_start_loc, spliced, num_drafts)
     query_lens = query_start_loc[1:] - query_start_loc[:-1]  # [num_rows]
     # Stale tail length per row: 1 + drafts for spliced rows, 0 otherwise (clipped to the query so
     # an empty row never reaches into its neighbour).
@@ -82,20 +105,25 @@ def stale_position_mask(
     return token_index >= row_end - tail.to(torch.long)[row_of_token]
 
 
-def _mask_on_host(
-    query_start_loc: torch.Tensor, spliced: torch.Tensor, num_drafts: torch.Tensor
-) -> torch.Tensor:
-    """The same mask for CPU tensors, in numpy: runs once per async step, so it must cost µs.
+def _mask_in_numpy(
+    query_start_loc: np.ndarray, spliced: np.ndarray, num_drafts: np.ndarray | None
+) -> np.ndarray:
+    """The same mask in numpy: it runs once per async step, so it must cost a few µs.
 
-    Each spliced row marks the interval ``[end - tail, end)``; rows never overlap, so +1 at every
-    interval start, -1 at every end and a running sum mark exactly the stale positions (torch's
-    CPU ``repeat_interleave`` and fancy indexing spin up a thread pool per call instead).
+    A row's stale positions are ``[end - tail, end)``, so a token is stale iff its flat index
+    reaches its row's ``end - tail`` (a few vectorised ops; torch's CPU ``repeat_interleave`` and
+    fancy indexing spin up a thread pool per call instead).
     """
-    qsl = query_start_loc.numpy().astype(np.int64)  # [num_rows + 1]
-    ends = qsl[1:]  # [num_rows]
-    tail = np.minimum(1 + num_drafts.numpy().astype(np.int64), ends - qsl[:-1])  # [num_rows]
-    keep = spliced.numpy() & (tail > 0)  # [num_rows] rows that own a non-empty stale tail
-    num_tokens = int(qsl[-1])
-    edges = np.bincount(ends[keep] - tail[keep], minlength=num_tokens + 1)  # [num_tokens + 1]
-    edges[: num_tokens + 1] -= np.bincount(ends[keep], minlength=num_tokens + 1)
-    return torch.from_numpy(np.cumsum(edges[:num_tokens]) > 0)
+    starts, ends = query_start_loc[:-1], query_start_loc[1:]  # [num_rows] each
+    query_lens = ends - starts  # [num_rows]
+    # Stale tail per row: 1 + drafts for a spliced row, clipped to its query; 0 for the others.
+    tail = query_lens.clip(max=1) if num_drafts is None else np.minimum(num_drafts + 1, query_lens)
+    first_stale = ends - tail * spliced  # [num_rows]: the row's end where nothing is stale
+    try:
+        threshold = np.repeat(first_stale, query_lens)  # [num_tokens]
+    except ValueError:  # a negative count: the row starts do not rise
+        raise ContractViolation(
+            "stale_position_mask: query_start_loc must not decrease (row r spans "
+            f"[query_start_loc[r], query_start_loc[r + 1])); got {query_start_loc.tolist()}."
+        ) from None
+    return np.arange(threshold.shape[0]) >= threshold

@@ -159,14 +159,11 @@ def prepare_inputs(
     )
 
     if spliced:
-        stale_t = stale_position_mask(
-            qsl_t, seq_t, torch.from_numpy(np.ascontiguousarray(prefill_lens)),
-            torch.from_numpy(num_drafts),
-        )  # fmt: skip
-        stale = stale_t.numpy()  # [num_tokens] bool
+        # The predicate on the numpy arrays themselves: a torch op would cost more than the mask.
+        stale = stale_position_mask(query_start_loc, seq_lens, prefill_lens, num_drafts)  # [num_tokens]
         ids = table.ids[token_slots, positions]  # [num_tokens] int32
         ids[stale] = PLACEHOLDER  # the host buffer holds a placeholder at every spliced position
-        host_tokens = HostTokens(torch.from_numpy(ids), stale_t, qsl_t, slots_t)
+        host_tokens = HostTokens(torch.from_numpy(ids), torch.from_numpy(stale), qsl_t, slots_t)
     else:
         draft_pos, draft_ids = _host_drafts(batch, query_start_loc[1:])
         ids = _known_ids(table, token_slots, positions, draft_pos, draft_ids)

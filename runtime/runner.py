@@ -34,6 +34,7 @@ from tokenstate.contracts import (
     ForwardInput,
     IndexPlan,
     StepIndices,
+    get_checks_mode,
 )
 from tokenstate.runtime.engine_config import ON_UNHONORED, EngineConfig, OnUnhonored
 from tokenstate.runtime.input_prep import (
@@ -261,13 +262,16 @@ class ModelRunner:
     ) -> None:  # fmt: skip
         """On the stream: combine → checked forward → sample → post-update → history → drafts → copy."""
         mirror = self.mirror
+        # The kernels' operands are the mirror's own views, right by construction: their metadata
+        # checks (as dear as the CPU twins) run in ``full`` checks mode only.
+        validate = get_checks_mode() == "full"
         device_tokens = None
         logits_indices = dev.logits_indices  # [num_logits] int64
         if use_combine:
             ids, logits_indices = combine(
                 dev.host_ids, dev.query_start_loc, dev.seq_lens, dev.slots, dev.num_drafts,
                 mirror.prefill_len, mirror.last_sampled, mirror.draft_tokens, dev.cu_num_logits,
-                num_logits=prepared.num_logits,
+                num_logits=prepared.num_logits, validate=validate,
             )  # fmt: skip
             device_tokens = DeviceTokens.from_combine(ids, vocab_size=self.model.vocab_size)
         inp = ForwardInput(
@@ -293,7 +297,7 @@ class ModelRunner:
             num_sampled = keep.to(torch.int32)  # [num_rows] int32
         post_update(
             sampled, dev.cu_num_logits, num_sampled, keep, dev.query_start_loc, dev.num_drafts,
-            dev.slots, mirror.last_sampled, mirror.num_computed,
+            dev.slots, mirror.last_sampled, mirror.num_computed, validate=validate,
         )  # fmt: skip
         # Every logit's token at the position it predicts; a rejected draft's lies beyond the
         # slot's length and is overwritten before anything reads it.

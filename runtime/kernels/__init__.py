@@ -7,7 +7,9 @@
 * :func:`post_update` advances the slot-indexed mirror after sampling; :func:`verify_drafts` does
   speculative verification against the sampled tokens.
 
-Each public launcher checks its arguments' metadata, then runs the Triton kernel on CUDA tensors. On
+Each public launcher checks its arguments' metadata (``combine`` and ``post_update`` take
+``validate=False`` for a caller whose buffers are right by construction: the model runner, outside
+``full`` checks mode), then runs the Triton kernel on CUDA tensors. On
 CPU tensors, ``combine`` and ``post_update`` run numpy host twins (``backend="auto"``: a step's few
 dozen ints cost less in numpy than in torch dispatch), the embedding gather and ``verify_drafts``
 run their torch twins (``*_twin``); every twin has the kernel's exact semantics and the kernel

@@ -34,34 +34,32 @@ def combine_host(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Numpy twin of :func:`~tokenstate.runtime.kernels.combine` for CPU tensors (same results)."""
     slot_rows = slots.numpy()  # [num_rows] int32
-    spliced = spliced_rows(
-        seq_lens, torch.from_numpy(prefill_len.numpy()[slot_rows])
-    ).numpy()  # [num_rows] bool
+    # ``take``: numpy's cheapest gather for a few dozen ints (fancy indexing costs twice as much).
+    spliced = spliced_rows(seq_lens.numpy(), prefill_len.numpy().take(slot_rows))  # [num_rows] bool
     qsl = query_start_loc.numpy()  # [num_rows + 1] int32
     row_start, row_end = qsl[:-1], qsl[1:]  # [num_rows] each
     ids = host_ids.numpy().copy()  # [num_tokens] int32
-    last_tokens = last_sampled.numpy()[slot_rows]  # [num_rows] int32
     if draft_tokens.shape[1] == 0:
-        tail_pos = row_end - 1  # [num_rows]
-        write = spliced & (tail_pos >= row_start)  # [num_rows] bool
-        ids[tail_pos[write]] = last_tokens[write]
+        write = spliced & (row_end > row_start)  # [num_rows] bool: a spliced row with a query
+        ids[row_end[write] - 1] = last_sampled.numpy().take(slot_rows[write])
     else:
         drafts = num_drafts.numpy()  # [num_rows] int32
         tail_k = np.arange(1 + draft_tokens.shape[1])  # [1 + max_drafts]
         tail_pos = (row_end - 1 - drafts)[:, None] + tail_k  # [num_rows, 1 + max_drafts]
         write = spliced[:, None] & (tail_k <= drafts[:, None]) & (tail_pos >= row_start[:, None])
         tail_tokens = np.concatenate(
-            (last_tokens[:, None], draft_tokens.numpy()[slot_rows]), axis=1
+            (last_sampled.numpy()[slot_rows, None], draft_tokens.numpy()[slot_rows]), axis=1
         )  # [num_rows, 1 + max_drafts] int32
         ids[tail_pos[write]] = tail_tokens[write]
 
-    cu = cu_num_logits.numpy()  # [num_rows + 1] int32
-    if np.array_equal(cu, qsl):  # all-decode steps: every position is a logit
+    if num_logits == ids.shape[0]:
+        # Every position is a logit (all-decode steps): no row has more logits than positions, so
+        # equal totals mean equal rows.
         logits_indices = np.arange(num_logits, dtype=np.int64)  # [num_logits]
     else:
+        cu = cu_num_logits.numpy()  # [num_rows + 1] int32
         # Row r's logits are its last n_r positions: logit i of row r sits at i + (end_r - cu[r + 1]).
-        per_row = cu[1:] - cu[:-1]  # [num_rows]
-        shift = np.repeat((row_end - cu[1:]).astype(np.int64), per_row)  # [num_logits]
+        shift = np.repeat(row_end - cu[1:], cu[1:] - cu[:-1])  # [num_logits]
         logits_indices = np.arange(num_logits, dtype=np.int64) + shift  # [num_logits]
     return torch.from_numpy(ids), torch.from_numpy(logits_indices)
 

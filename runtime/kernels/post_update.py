@@ -54,6 +54,7 @@ def post_update(
     num_computed: torch.Tensor,
     *,
     backend: str = "auto",
+    validate: bool = True,
 ) -> None:
     """Scatter each kept row's last emitted token into ``last_sampled`` and advance ``num_computed``.
 
@@ -69,43 +70,48 @@ def post_update(
         num_computed: ``[num_slots]`` int32, updated in place.
         backend: ``"auto"`` (Triton on CUDA, the numpy twin on the CPU), ``"triton"`` or
             ``"torch"`` (the torch twin).
+        validate: check every argument first (the default); ``False`` skips the checks, as for
+            :func:`~.combine.combine` (the runner validates only in ``full`` checks mode).
     """
-    fn = "post_update"
-    require_tensor(fn, "sampled", sampled, dtypes=_TOKENS, shape=[None])
-    num_rows = require_tensor(fn, "slots", slots, dtypes=_I32, shape=[None]).shape[0]
-    require_tensor(fn, "cu_num_logits", cu_num_logits, dtypes=_I32, shape=[num_rows + 1])
-    require_tensor(fn, "num_sampled", num_sampled, dtypes=_I32, shape=[num_rows])
-    require_tensor(fn, "keep", keep, dtypes=(torch.bool,), shape=[num_rows])
-    require_tensor(fn, "query_start_loc", query_start_loc, dtypes=_I32, shape=[num_rows + 1])
-    require_tensor(fn, "num_drafts", num_drafts, dtypes=_I32, shape=[num_rows])
-    num_slots = require_tensor(fn, "last_sampled", last_sampled, dtypes=_I32, shape=[None]).shape[0]
-    require_tensor(fn, "num_computed", num_computed, dtypes=_I32, shape=[num_slots])
-    device = same_device(
-        fn,
-        {
-            "sampled": sampled,
-            "cu_num_logits": cu_num_logits,
-            "num_sampled": num_sampled,
-            "keep": keep,
-            "query_start_loc": query_start_loc,
-            "num_drafts": num_drafts,
-            "slots": slots,
-            "last_sampled": last_sampled,
-            "num_computed": num_computed,
-        },
-    )
-    check_index_range(fn, "slots", slots, num_slots)
-    if get_checks_mode() == "full" and device.type == "cpu":
-        logits_per_row = cu_num_logits[1:] - cu_num_logits[:-1]  # [num_rows] int32
-        wrong = keep & ((num_sampled < 1) | (num_sampled > logits_per_row))  # [num_rows] bool
-        if bool(wrong.any()):
-            rows = wrong.nonzero().flatten().tolist()
-            raise ContractViolation(
-                f"{fn}: kept rows {rows} have num_sampled {num_sampled[rows].tolist()} outside "
-                f"[1, logits of the row] = {logits_per_row[rows].tolist()}; pass keep=False for "
-                "rows whose sample is discarded."
-            )
-    if not use_triton(fn, backend, device):
+    if validate:
+        fn = "post_update"
+        require_tensor(fn, "sampled", sampled, dtypes=_TOKENS, shape=[None])
+        num_rows = require_tensor(fn, "slots", slots, dtypes=_I32, shape=[None]).shape[0]
+        require_tensor(fn, "cu_num_logits", cu_num_logits, dtypes=_I32, shape=[num_rows + 1])
+        require_tensor(fn, "num_sampled", num_sampled, dtypes=_I32, shape=[num_rows])
+        require_tensor(fn, "keep", keep, dtypes=(torch.bool,), shape=[num_rows])
+        require_tensor(fn, "query_start_loc", query_start_loc, dtypes=_I32, shape=[num_rows + 1])
+        require_tensor(fn, "num_drafts", num_drafts, dtypes=_I32, shape=[num_rows])
+        num_slots = require_tensor(fn, "last_sampled", last_sampled, dtypes=_I32, shape=[None]).shape[0]
+        require_tensor(fn, "num_computed", num_computed, dtypes=_I32, shape=[num_slots])
+        device = same_device(
+            fn,
+            {
+                "sampled": sampled,
+                "cu_num_logits": cu_num_logits,
+                "num_sampled": num_sampled,
+                "keep": keep,
+                "query_start_loc": query_start_loc,
+                "num_drafts": num_drafts,
+                "slots": slots,
+                "last_sampled": last_sampled,
+                "num_computed": num_computed,
+            },
+        )
+        check_index_range(fn, "slots", slots, num_slots)
+        if get_checks_mode() == "full" and device.type == "cpu":
+            logits_per_row = cu_num_logits[1:] - cu_num_logits[:-1]  # [num_rows] int32
+            wrong = keep & ((num_sampled < 1) | (num_sampled > logits_per_row))  # [num_rows] bool
+            if bool(wrong.any()):
+                rows = wrong.nonzero().flatten().tolist()
+                raise ContractViolation(
+                    f"{fn}: kept rows {rows} have num_sampled {num_sampled[rows].tolist()} outside "
+                    f"[1, logits of the row] = {logits_per_row[rows].tolist()}; pass keep=False for "
+                    "rows whose sample is discarded."
+                )
+    else:
+        device = sampled.device
+    if not use_triton("post_update", backend, device):
         twin = post_update_host if backend == "auto" and device.type == "cpu" else post_update_twin
         twin(
             sampled, cu_num_logits, num_sampled, keep, query_start_loc, num_drafts, slots,
@@ -116,6 +122,7 @@ def post_update(
         sampled, cu_num_logits, num_sampled, keep, query_start_loc, num_drafts, slots,
         last_sampled, num_computed,
     )  # fmt: skip
+
 
 
 def post_update_twin(

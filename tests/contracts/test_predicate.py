@@ -3,6 +3,7 @@ from __future__ import annotations
 import ast
 import pathlib
 
+import numpy as np
 import pytest
 
 from tokenstate.contracts import ContractViolation, spliced_rows, stale_position_mask
@@ -49,6 +50,38 @@ def test_shape_mismatch_is_a_contract_violation():
         spliced_rows(i32([1, 2]), i32([1]))
     with pytest.raises(ContractViolation, match=r"query_start_loc must be \[num_rows \+ 1\] = \[3\]"):
         stale_position_mask(i32([0, 1]), i32([1, 2]), i32([1, 2]))
+
+
+def test_numpy_arrays_give_the_mask_torch_tensors_give() -> None:
+    # Rows: a decode row, a prefill chunk, an empty row, a decode row with 2 drafts, a completing chunk.
+    qsl, seq, pre, drafts = [0, 1, 5, 5, 8, 11], [9, 4, 6, 20, 11], [8, 9, 5, 12, 11], [0, 0, 0, 2, 0]
+    as_np = [np.array(v, dtype=np.int32) for v in (qsl, seq, pre, drafts)]
+    want = stale_position_mask(i32(qsl), i32(seq), i32(pre), i32(drafts))
+    got = stale_position_mask(*as_np)
+    assert isinstance(got, np.ndarray) and got.dtype == np.bool_
+    assert got.tolist() == want.tolist() == [True] + [False] * 4 + [True] * 3 + [False] * 3
+    assert spliced_rows(as_np[1], as_np[2]).tolist() == spliced_rows(i32(seq), i32(pre)).tolist()
+    assert stale_position_mask(*as_np[:3]).tolist() == stale_position_mask(
+        i32(qsl), i32(seq), i32(pre)
+    ).tolist()
+
+
+def test_mixing_numpy_and_torch_is_a_contract_violation() -> None:
+    seq = np.array([5, 6], dtype=np.int32)
+    with pytest.raises(ContractViolation, match=r"of one kind \(torch tensors or numpy arrays\)"):
+        spliced_rows(seq, i32([5, 5]))
+    with pytest.raises(ContractViolation, match=r"every argument as a torch tensor or every one"):
+        stale_position_mask(i32([0, 1, 2]), seq, np.array([5, 5], dtype=np.int32))
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_decreasing_row_starts_are_a_contract_violation(kind: str) -> None:
+    qsl, seq, pre = [0, 3, 1], [4, 4], [3, 3]
+    args = [np.array(v, dtype=np.int32) for v in (qsl, seq, pre)] if kind == "numpy" else [
+        i32(v) for v in (qsl, seq, pre)
+    ]
+    with pytest.raises(ContractViolation, match=r"query_start_loc must not decrease .* \[0, 3, 1\]"):
+        stale_position_mask(*args)
 
 
 def _predicate_comparisons(tree: ast.AST) -> list[int]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
-from tokenstate.contracts import PLACEHOLDER
+from tokenstate.contracts import PLACEHOLDER, checks_mode
 from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, SamplingParams
 from tokenstate.runtime.input_prep import prepare_inputs
@@ -46,3 +48,25 @@ def test_a_decode_row_is_prepared_before_the_host_knows_its_token():
     on_device = int(runner.mirror.last_sampled[request.slot])  # what combine will splice in
     engine._resolve_previous()
     assert request.output_token_ids == [on_device]
+
+
+@pytest.mark.parametrize("mode", ["boundary", "full"])
+def test_the_runner_validates_its_kernel_operands_in_full_checks_mode_only(mode, monkeypatch):
+    runner_module = importlib.import_module("tokenstate.runtime.runner")
+    seen: dict[str, list[bool]] = {"combine": [], "post_update": []}
+
+    def spy(name):
+        original = getattr(runner_module, name)
+
+        def recording(*args, validate, **kwargs):
+            seen[name].append(validate)
+            return original(*args, validate=validate, **kwargs)
+
+        return recording
+
+    for name in seen:
+        monkeypatch.setattr(runner_module, name, spy(name))
+    with checks_mode(mode):
+        LLM(toy_factory()).generate([[5, 6, 7]], SamplingParams(max_tokens=3))
+    assert seen["combine"] and seen["post_update"]
+    assert set(seen["combine"]) == set(seen["post_update"]) == {mode == "full"}

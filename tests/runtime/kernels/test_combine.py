@@ -148,6 +148,16 @@ def test_num_logits_given_or_read_from_cu_agree(cases: ModuleType) -> None:
     assert torch.equal(read, given)
 
 
+def test_unvalidated_launch_gives_the_validated_results(cases: ModuleType) -> None:
+    rng = random.Random(5)
+    for i in range(60):
+        case = cases.random_combine_case(rng)
+        for backend in ("auto", "torch"):
+            want = combine(*case.args(), num_logits=case.num_logits, backend=backend)
+            got = combine(*case.args(), num_logits=case.num_logits, backend=backend, validate=False)
+            assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), f"case {i}"
+
+
 # --- refusals -------------------------------------------------------------------------------
 
 

@@ -144,6 +144,18 @@ def test_twins_match_row_by_row_references_on_random_steps(cases: ModuleType) ->
         assert got.tolist() == _reference_verify(case, target), f"case {i}"
 
 
+def test_unvalidated_launch_has_the_validated_effect(cases: ModuleType) -> None:
+    rng = random.Random(32)
+    for i in range(60):
+        case = cases.random_post_update_case(rng)
+        for backend in ("auto", "torch"):
+            checked, unchecked = case.args(), case.args()
+            post_update(*checked, backend=backend)
+            post_update(*unchecked, backend=backend, validate=False)
+            assert torch.equal(checked[7], unchecked[7]), f"case {i}: last_sampled"
+            assert torch.equal(checked[8], unchecked[8]), f"case {i}: num_computed"
+
+
 # --- refusals -------------------------------------------------------------------------------
 
 
