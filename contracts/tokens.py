@@ -55,7 +55,7 @@ def _check_fresh_positions(ids: torch.Tensor, stale: np.ndarray) -> None:
     fresh position holding a placeholder is exactly what the type state exists to rule out.
     """
     values = ids.numpy()  # [num_tokens], shares memory
-    if values.size and np.greater(values < 0, stale).any():  # negative and not stale
+    if np.count_nonzero(np.greater(values < 0, stale)):  # negative and not stale
         negative = np.flatnonzero((values < 0) & ~stale)  # [num_bad] positions
         raise ContractViolation(
             f"HostTokens: positions {negative[:8].tolist()} are not marked stale but hold negative ids "
@@ -120,15 +120,14 @@ class HostTokens:
         query_start_loc: torch.Tensor,
         slots: torch.Tensor,
     ) -> None:
-        cpu = _CPU
-        ids = _require_ids("HostTokens", ids, cpu)
+        ids = _require_ids("HostTokens", ids, _CPU)
         if not isinstance(stale, torch.Tensor) or stale.dtype != torch.bool or stale.shape != ids.shape:
             raise ContractViolation(
                 f"HostTokens: stale must be a bool tensor of shape {tuple(ids.shape)} (one flag per "
                 f"position), got {getattr(stale, 'dtype', type(stale).__name__)} "
                 f"{tuple(getattr(stale, 'shape', ()))}."
             )
-        if stale.device != cpu or query_start_loc.device != cpu or slots.device != cpu:
+        if not (stale.is_cpu and query_start_loc.is_cpu and slots.is_cpu):
             raise ContractViolation("HostTokens: stale, query_start_loc and slots must be CPU tensors.")
         num_rows = slots.shape[0]
         if slots.dim() != 1 or query_start_loc.shape != (num_rows + 1,):
