@@ -73,7 +73,7 @@ def _check_in_vocabulary(ids: torch.Tensor, vocab_size: int) -> None:
     sync — the very thing the async path exists to avoid — so there the guarded embedding is the
     check.
     """
-    if ids.device.type != "cpu" or not ids.numel():
+    if not ids.is_cpu or not ids.numel():
         return
     values = ids.numpy()  # [num_tokens], shares memory
     # One reduction: viewed as unsigned, a negative id is huge, so `max >= vocab` catches both ends.
