@@ -120,10 +120,12 @@ def _mask_in_numpy(
     tail = query_lens.clip(max=1) if num_drafts is None else np.minimum(num_drafts + 1, query_lens)
     first_stale = ends - tail * spliced  # [num_rows]: the row's end where nothing is stale
     try:
-        threshold = np.repeat(first_stale, query_lens)  # [num_tokens]
+        threshold = np.repeat(first_stale, query_lens)  # [num_tokens] once the starts rise from 0
     except ValueError:  # a negative count: the row starts do not rise
+        threshold = None
+    if threshold is None or query_start_loc[0] != 0:
         raise ContractViolation(
-            "stale_position_mask: query_start_loc must not decrease (row r spans "
+            "stale_position_mask: query_start_loc must rise from 0 (row r spans "
             f"[query_start_loc[r], query_start_loc[r + 1])); got {query_start_loc.tolist()}."
-        ) from None
+        )
     return np.arange(threshold.shape[0]) >= threshold

@@ -125,7 +125,6 @@ def combine(
     return input_ids, logits_indices
 
 
-
 def combine_twin(
     host_ids: torch.Tensor,
     query_start_loc: torch.Tensor,

@@ -124,7 +124,6 @@ def post_update(
     )  # fmt: skip
 
 
-
 def post_update_twin(
     sampled: torch.Tensor,
     cu_num_logits: torch.Tensor,
