@@ -231,7 +231,7 @@ def _plan_short_rows(
         return None
     query_lens = short.query_lens[:, None]  # [R, 1]
     q_max = int(query_lens.max())
-    padded = bool((query_lens != q_max).any())
+    padded = bool(np.count_nonzero(query_lens != q_max))
     q = np.arange(q_max)[None, :]  # [1, Q]
     real = np.minimum(q, query_lens - 1)  # [R, Q]: padding repeats the row's last query
     token_index = short.starts[:, None] + real  # [R, Q]
@@ -261,7 +261,7 @@ def _plan_short_rows(
         span_index[members] = offset + sorted_slots[first : last + 1] - lo
         kv_len = int(seq_lens[members].max())
         full = hi - lo == members.shape[0]
-        needs_mask = q_max > 1 or not full or bool((seq_lens[members] != kv_len).any())
+        needs_mask = q_max > 1 or not full or bool(np.count_nonzero(seq_lens[members] != kv_len))
         runs_meta.append((lo, hi, kv_len, offset, needs_mask))
         offset += hi - lo
     span = offset

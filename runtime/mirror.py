@@ -101,7 +101,7 @@ class _Staging:
         dev = self.device_buf[:total]  # only the stream writes it, in order: one buffer suffices
         self.stream.submit(_copy, dev, host, self._pinned)
         self.fences[turn] = self.stream.record_event()
-        return list(torch.split(dev, sizes))
+        return list(dev.split_with_sizes(sizes))  # torch.split's Python wrapper costs 2 µs more
 
 
 def _copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool) -> None:

@@ -289,7 +289,7 @@ class ModelRunner:
         logits = self._process_logits(batch, prepared, dev, logits, history)
         sampled = sample(logits, self._sampling_rows(batch, dev))  # [num_logits] int32
         keep = dev.cu_num_logits[1:] > dev.cu_num_logits[:-1]  # [num_rows] bool: the row samples
-        if prepared.num_drafts.any():
+        if np.count_nonzero(prepared.num_drafts):
             num_sampled = verify_drafts(
                 sampled, dev.cu_num_logits, dev.slots, mirror.draft_tokens, dev.num_drafts
             )  # [num_rows] int32: 1 + accepted drafts

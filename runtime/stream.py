@@ -361,8 +361,13 @@ class InlineStream:
         if self._faults.error is not None:
             return  # poisoned until reset(), as CpuStream
         try:
-            with torch.inference_mode():  # in a copy of the context, as a worker's task runs
+            # In a copy of the context, as a worker's task runs, and in inference mode — which the
+            # engine's step already holds (entering it again would cost a µs a task).
+            if torch.is_inference_mode_enabled():
                 contextvars.copy_context().run(fn, *args)
+            else:
+                with torch.inference_mode():
+                    contextvars.copy_context().run(fn, *args)
         except BaseException as exc:  # kept and re-raised at the next fence, as on the worker
             self._faults.fail(index, exc)
 
