@@ -263,7 +263,7 @@ class ModelRunner:
         """On the stream: combine → checked forward → sample → post-update → history → drafts → copy."""
         mirror = self.mirror
         # The kernels' operands are the mirror's own views, right by construction: their metadata
-        # checks (as dear as the CPU twins) run in ``full`` checks mode only.
+        # checks (which cost as much as the CPU twins) run in ``full`` checks mode only.
         validate = get_checks_mode() == "full"
         device_tokens = None
         logits_indices = dev.logits_indices  # [num_logits] int64
