@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from tokenstate.contracts.errors import ContractViolation
-from tokenstate.contracts.tokens import _UNSIGNED, DeviceTokens, HostTokens
+from tokenstate.contracts.tokens import DeviceTokens, HostTokens, _all_below
 
 __all__ = ["BatchLayout", "ForwardInput", "IndexPlan", "RowSpan", "StepIndices"]
 
@@ -153,8 +153,7 @@ class BatchLayout:
                 f"num_drafts={int(drafts[r])}; need seq_len >= query_len and 0 <= num_drafts < query_len."
             )
         num_tokens = int(qsl[-1])
-        # Viewed as unsigned, a negative index is huge: one reduction checks both ends.
-        if logits.size and int(logits.view(_UNSIGNED[logits.dtype.itemsize]).max()) >= num_tokens:
+        if logits.size and not _all_below(logits, num_tokens):
             raise ContractViolation(
                 f"BatchLayout.logits_indices must lie in [0, num_tokens={num_tokens}), got {logits.tolist()}."
             )

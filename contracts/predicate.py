@@ -77,7 +77,8 @@ def stale_position_mask(
             f"stale_position_mask: query_start_loc must be [num_rows + 1] = [{num_rows + 1}], got "
             f"{tuple(query_start_loc.shape)}."
         )
-    if any(type(t) is not type(seq_lens) for t in (query_start_loc, num_drafts) if t is not None):
+    kind = type(seq_lens)
+    if type(query_start_loc) is not kind or (num_drafts is not None and type(num_drafts) is not kind):
         raise ContractViolation(
             "stale_position_mask: pass every argument as a torch tensor or every one as a numpy "
             f"array; got query_start_loc {type(query_start_loc).__name__}, seq_lens "
@@ -116,16 +117,13 @@ def _mask_in_numpy(
     """
     starts, ends = query_start_loc[:-1], query_start_loc[1:]  # [num_rows] each
     query_lens = ends - starts  # [num_rows]
-    # Stale tail per row: 1 + drafts for a spliced row, clipped to its query; 0 for the others.
-    tail = query_lens.clip(max=1) if num_drafts is None else np.minimum(num_drafts + 1, query_lens)
-    first_stale = ends - tail * spliced  # [num_rows]: the row's end where nothing is stale
-    try:
-        threshold = np.repeat(first_stale, query_lens)  # [num_tokens] once the starts rise from 0
-    except ValueError:  # a negative count: the row starts do not rise
-        threshold = None
-    if threshold is None or query_start_loc[0] != 0:
+    if query_start_loc[0] != 0 or np.count_nonzero(query_lens < 0):
         raise ContractViolation(
             "stale_position_mask: query_start_loc must rise from 0 (row r spans "
             f"[query_start_loc[r], query_start_loc[r + 1])); got {query_start_loc.tolist()}."
         )
+    # Stale tail per row: 1 + drafts for a spliced row, clipped to its query; 0 for the others.
+    tail = query_lens.clip(max=1) if num_drafts is None else np.minimum(num_drafts + 1, query_lens)
+    first_stale = ends - tail * spliced  # [num_rows]: the row's end where nothing is stale
+    threshold = np.repeat(first_stale, query_lens)  # [num_tokens]
     return np.arange(threshold.shape[0]) >= threshold

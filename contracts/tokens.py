@@ -29,6 +29,12 @@ TOKEN_ID_DTYPES: Final[tuple[torch.dtype, ...]] = (torch.int32, torch.int64)
 _CPU: Final = torch.device("cpu")
 _UNSIGNED: Final = {4: np.uint32, 8: np.uint64}  # itemsize of int32 / int64 -> same-width unsigned
 
+
+def _all_below(values: np.ndarray, upper: int) -> bool:
+    """Whether every value of a non-empty int32/int64 array lies in ``[0, upper)``, in one reduction:
+    viewed as unsigned, a negative value is huge, so ``max < upper`` checks both ends."""
+    return int(values.view(_UNSIGNED[values.dtype.itemsize]).max()) < upper
+
 _STALE_FIX = (
     "Fix: read `inp.device_tokens.ids` (or `inp.embedding_ids()`) in the forward and register the "
     "factory with honors_device_token_ids=True; or register it with honors_device_token_ids=False so "
@@ -76,8 +82,7 @@ def _check_in_vocabulary(ids: torch.Tensor, vocab_size: int) -> None:
     if not ids.is_cpu or not ids.numel():
         return
     values = ids.numpy()  # [num_tokens], shares memory
-    # One reduction: viewed as unsigned, a negative id is huge, so `max >= vocab` catches both ends.
-    if int(values.view(_UNSIGNED[values.dtype.itemsize]).max()) >= vocab_size:
+    if not _all_below(values, vocab_size):
         lo, hi = int(values.min()), int(values.max())
         bad = np.flatnonzero((values < 0) | (values >= vocab_size))[:8].tolist()
         raise ContractViolation(

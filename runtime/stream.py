@@ -32,6 +32,7 @@ within a few hundred steps. A missing fence then reads as a wrong token or a con
 from __future__ import annotations
 
 import atexit
+import contextlib
 import contextvars
 import os
 import queue
@@ -363,11 +364,9 @@ class InlineStream:
         try:
             # In a copy of the context, as a worker's task runs, and in inference mode — which the
             # engine's step already holds (entering it again would cost a µs a task).
-            if torch.is_inference_mode_enabled():
+            mode = contextlib.nullcontext() if torch.is_inference_mode_enabled() else torch.inference_mode()
+            with mode:
                 contextvars.copy_context().run(fn, *args)
-            else:
-                with torch.inference_mode():
-                    contextvars.copy_context().run(fn, *args)
         except BaseException as exc:  # kept and re-raised at the next fence, as on the worker
             self._faults.fail(index, exc)
 
