@@ -72,7 +72,14 @@ def _ours(spec: dict[str, Any], async_scheduling: bool) -> dict[str, Any]:
         params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in work["max_tokens"]]
         return lambda: [list(o.token_ids) for o in llm.generate(work["prompts"], params)]
 
-    return _timed(make_run, spec)
+    return {**_timed(make_run, spec), "gemm": _gemm_paths()}
+
+
+def _gemm_paths() -> dict[str, str]:
+    """``"in x out": "onednn" | "mm"`` for each weight shape this process measured (``cpu_gemm``)."""
+    from tokenstate.models.cpu_gemm import gemm_choices
+
+    return {f"{k[0]}x{k[1]}": "onednn" if c.packed else "mm" for k, c in gemm_choices().items()}
 
 
 def _hf(spec: dict[str, Any], serial: bool) -> dict[str, Any]:

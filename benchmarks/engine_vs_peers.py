@@ -124,6 +124,7 @@ def _cell(model: str, load: str, path: Path, vllm_python: str | None, quick: boo
         "peak_rss_mb": rss,
         "requests": len(prompts),
         "generated_tokens": sum(max_tokens),
+        "gemm_path_per_shape": runs["ours"][-1].get("gemm", {}),  # measured at load (cpu_gemm)
     }
     same_hf, total = agreement(ours_tokens, runs["hf"][-1]["tokens"])
     rows = []

@@ -1,5 +1,6 @@
 """One matmul for several projections of the same input (q/k/v, gate/up), HF names kept; on the CPU,
-big ones through oneDNN with the weight pre-packed once.
+through oneDNN with the weight pre-packed once or ``torch.mm`` on a transposed copy, whichever
+measured faster.
 
 The separate ``nn.Linear`` modules stay the parameters (so checkpoints load and save by HF name and
 the state dict round-trips unchanged); :class:`FusedProjection` keeps a concatenated copy of their
@@ -11,23 +12,25 @@ projection per layer.
 **Pre-packing (CPU, float32).** ``F.linear`` on the CPU is MKL ``sgemm`` with a transposed
 ``[out, in]`` weight. oneDNN's inner product with the weight reordered once into its blocked layout
 (``torch.ops.mkldnn._reorder_linear_weight``, then ``torch.ops.mkldnn._linear_pointwise`` — the
-ops torch's own CPU freezing pass uses) measured 1.3–1.9x faster at decode batch sizes (4..64 rows)
-for ``in_features >= 1024``, and 1.1–1.7x from 2 rows on for weights of 2^17 elements and more
-(a hidden-256 model's q/k/v, gate/up, down and LM head) on this machine; it works for any row count
-(the reorder's batch size is only a hint). It costs a fixed ~10 µs a call, so only weights of at
-least :data:`MIN_PACKED_ELEMENTS` are packed (smaller ones stay on ``torch.mm``), and a packed
-group below :data:`MIN_ONE_ROW_PACKED_ELEMENTS` also keeps the transposed copy described next for
-one-row inputs, where that fixed cost is more than the GEMM (0.3–0.7x). Results differ from
-``F.linear`` in the last bits (a different summation order), as ``F.linear`` itself does between
-batch sizes. Packing happens when a model is built or loaded (:func:`prepack`), and again lazily
-after any weight change (e.g. ``model.to(device)``).
+ops torch's own CPU freezing pass uses) works for any row count (the reorder's batch size is only a
+hint) and measured 1.2-1.6x faster than ``torch.mm`` at decode batch sizes for a hidden-1024 model's
+weights streaming from DRAM — but slower for a hidden-256 model's, on one machine and not on another.
+So for a group of at least :data:`MIN_PACKED_ELEMENTS` the path is measured once per shape
+(:mod:`tokenstate.models.cpu_gemm`, ``TOKENSTATE_CPU_GEMM=auto|onednn|mm``): packed, or the
+transposed copy described next. oneDNN costs a fixed ~10 µs a call, so smaller weights never try it,
+and a packed group below :data:`MIN_ONE_ROW_PACKED_ELEMENTS` also keeps the transposed copy for
+one-row inputs where that measured faster. Results differ from ``F.linear`` in the last bits (a
+different summation order), as ``F.linear`` itself does between batch sizes. Packing happens when a
+model is built or loaded (:func:`prepack`), and again lazily after any weight change (e.g.
+``model.to(device)``).
 
 **Transposed layout (CPU, unpacked weights).** The weights that stay off oneDNN are kept as one
 contiguous ``[in, sum(out)]`` copy and applied with ``torch.mm`` / ``torch.addmm``: MKL's GEMM with
 the weight already transposed measured 1.3–1.7x faster than ``F.linear``'s transposed ``[out, in]``
 read at 1–16 rows and 1.2–1.4x at 64 (hidden 256..768 weights; equal from ~256 rows on). The copy
-is the weight's size again, so it is kept only up to :data:`MAX_FUSED_BYTES`; on CUDA the weight is
-used as it is.
+is the weight's size again, so it is kept only up to :data:`MAX_FUSED_BYTES` — or up to
+:data:`MAX_PACKED_BYTES` where it measured faster than the packed copy it then replaces; on CUDA the
+weight is used as it is.
 
 While autograd records (grad mode on and a weight requires grad), a weight is an inference tensor
 (no version counter to watch) or the weights exceed the copy limit (:data:`MAX_FUSED_BYTES` for a
@@ -41,6 +44,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from tokenstate.models.cpu_gemm import CALIBRATION_ROWS, calibrating, choose_gemm
 
 __all__ = [
     "MAX_FUSED_BYTES",
@@ -59,15 +64,13 @@ MAX_PACKED_BYTES = 2**30
 """Largest oneDNN-packed copy kept (bytes per group): the packed copy doubles the group's weight
 memory, which the faster GEMM pays for at every size up to an LM head of a 32k vocabulary."""
 MIN_PACKED_ELEMENTS = 2**17
-"""Weights with fewer elements stay on ``torch.mm``: there oneDNN's ~10 µs per call costs more than
-its faster GEMM saves (measured on this machine at 16 rows: 256x256 0.8x, 256x512 1.1x, 256x1536
-1.3x, 1024x2048 1.7x the speed of ``torch.mm``)."""
+"""Weights with fewer elements stay on ``torch.mm`` without measuring: there oneDNN's ~10 µs per call
+costs more than its GEMM can save (16 rows, 256x256: 0.8x the speed of ``torch.mm`` on the machine
+where oneDNN won at every bigger size). From this size on the path is measured (``cpu_gemm``)."""
 MIN_ONE_ROW_PACKED_ELEMENTS = 2**20
-"""Packed groups with fewer elements also keep the transposed ``torch.mm`` copy, read by one-row
-inputs: at one row oneDNN ran at 0.3–0.7x ``torch.mm`` below 2^19 elements, about even up to 2^20 and
-1.1x above."""
-_PACK_BATCH_HINT = 16
-"""Row count the packed layout is chosen for (a decode batch); any row count may use it."""
+"""Packed groups with fewer elements may also keep the transposed ``torch.mm`` copy (a third copy of
+small weights), read by one-row inputs where it measured faster: at one row oneDNN ran at 0.3–0.7x
+``torch.mm`` below 2^19 elements, about even up to 2^20 and 1.1x above."""
 
 # Per source tensor: the tensor itself (held, so its memory is never reused under a cached
 # address), its data pointer and its version counter.
@@ -98,7 +101,8 @@ _PACKING = onednn_packing_available()
 
 
 def _packs(weights: Sequence[Tensor]) -> bool:
-    """Whether these ``[out_i, in]`` weights, fused, go through oneDNN's packed inner product."""
+    """Whether these ``[out_i, in]`` weights, fused, may go through oneDNN's packed inner product
+    (then :func:`~tokenstate.models.cpu_gemm.choose_gemm` decides whether they do)."""
     numel = sum(w.numel() for w in weights)
     first = weights[0]
     return (
@@ -184,22 +188,26 @@ class FusedProjection:
             return False  # some with bias, some without: no single fused bias
         if any(t.is_inference() for t in weights + present):
             return False
-        will_pack = _packs(weights)
+        candidate = _packs(weights)  # big enough for oneDNN to be worth measuring
         nbytes = sum(t.numel() * t.element_size() for t in weights + present)
-        if len(linears) > 1 and not will_pack and nbytes > MAX_FUSED_BYTES:
+        if len(linears) > 1 and not candidate and nbytes > MAX_FUSED_BYTES:
             return False
         with torch.no_grad():
             # One linear unpacked: use its own weight, no copy at all.
             self._weight = (torch.cat(weights, dim=0) if len(weights) > 1 else weights[0]).detach()  # [sum(out), in]
             self._bias = (torch.cat(present, dim=0) if len(present) > 1 else present[0]).detach() if present else None
-            if will_pack:
-                self._packed = torch.ops.mkldnn._reorder_linear_weight(self._weight, _PACK_BATCH_HINT)
-                if sum(w.numel() for w in weights) < MIN_ONE_ROW_PACKED_ELEMENTS:
+            one_row_eligible = sum(w.numel() for w in weights) < MIN_ONE_ROW_PACKED_ELEMENTS
+            choice = choose_gemm(self._weight, one_row_eligible=one_row_eligible) if candidate else None
+            if choice is not None and choice.packed:
+                self._packed = torch.ops.mkldnn._reorder_linear_weight(self._weight, CALIBRATION_ROWS)
+                if choice.one_row_mm:
                     self._weight_t = self._weight.t().contiguous()  # [in, sum(out)]: one-row inputs
                 if len(weights) > 1 or self._weight_t is not None:
                     self._weight = None  # only the copies are read
-            elif self._weight.device.type == "cpu" and nbytes <= MAX_FUSED_BYTES:
-                self._weight_t = self._weight.t().contiguous()  # [in, sum(out)]: the faster CPU layout
+            elif self._weight.device.type == "cpu" and (choice is not None or nbytes <= MAX_FUSED_BYTES):
+                # The faster CPU layout where it measured faster than oneDNN (then it replaces the
+                # packed copy, so it may be as big), else for small weights.
+                self._weight_t = self._weight.t().contiguous()  # [in, sum(out)]
                 self._weight = None  # only the transposed copy is read
         self._seen = [
             (_watch(w), None if b is None else _watch(b)) for w, b in zip(weights, biases, strict=True)
@@ -218,7 +226,8 @@ def prepack(model: nn.Module) -> nn.Module:
     :class:`FusedProjection`). Run it once the weights are final — after building or loading —
     so the first step does not pay for packing; a later weight change is picked up lazily.
     """
-    with torch.no_grad():
+    # Shapes first seen here are measured with this model's weights streaming between the timed calls.
+    with torch.no_grad(), calibrating(model.parameters()):
         for module in model.modules():
             hook = getattr(module, "prepack_linears", None)
             if callable(hook):

@@ -8,7 +8,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tokenstate.contracts import BatchLayout, ForwardInput, HostTokens
-from tokenstate.models import fused_linear
+from tokenstate.models import cpu_gemm, fused_linear
 from tokenstate.models.fused_linear import FusedProjection, onednn_packing_available
 from tokenstate.models.llama import FACTORY
 
@@ -29,7 +29,8 @@ def test_packed_projection_never_serves_a_stale_weight(monkeypatch: pytest.Monke
     def expected() -> torch.Tensor:
         return torch.cat([q(x), k(x)], dim=-1)  # [5, 24]
 
-    with torch.no_grad():
+    # Packed whatever this machine measures (every rebuild below happens inside the block).
+    with torch.no_grad(), cpu_gemm.cpu_gemm_mode("onednn"):
         fused.prepare((q, k))
         assert fused.packed
         q.weight.mul_(-2)  # in place

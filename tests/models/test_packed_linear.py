@@ -1,20 +1,22 @@
 """oneDNN pre-packed projections: same results as ``F.linear``, never stale, HF parity and the token
 gate kept, and the model still copies, moves and round-trips its weights.
 
-The reference presets are too small to be packed by default (see ``MIN_PACKED_ELEMENTS``), so most
-tests here force packing for every projection.
+The reference presets are too small to be packed by default (see ``MIN_PACKED_ELEMENTS``), and above
+that size the path is measured (``tokenstate.models.cpu_gemm``), so most tests here force packing for
+every projection.
 """
 
 from __future__ import annotations
 
 import copy
 import pickle
+from collections.abc import Iterator
 
 import pytest
 import torch
 from torch import nn
 
-from tokenstate.models import fused_linear
+from tokenstate.models import cpu_gemm, fused_linear
 from tokenstate.models.fused_linear import FusedProjection, onednn_packing_available, prepack
 from tokenstate.models.llama import FACTORY, build, load, save
 
@@ -30,8 +32,10 @@ CONFIG = {
 
 
 @pytest.fixture
-def force_packing(monkeypatch: pytest.MonkeyPatch) -> None:
+def force_packing(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(fused_linear, "MIN_PACKED_ELEMENTS", 1)
+    with cpu_gemm.cpu_gemm_mode("onednn"):
+        yield
 
 
 def _projections(model: nn.Module) -> list[FusedProjection]:
@@ -84,19 +88,25 @@ def test_small_packed_groups_serve_one_row_inputs_from_the_transposed_copy(monke
     assert big.packed and big._weight_t is None and big._weight is None
 
 
-def test_small_weights_stay_unpacked_and_bigger_ones_are_packed_at_build() -> None:
+def test_small_weights_stay_unpacked_and_pinned_bigger_ones_are_packed_at_build() -> None:
     small = FACTORY.build_preset("tiny-llama")
     assert not any(p.packed for p in _projections(small))
     hidden_256 = {**CONFIG, "vocab_size": 2048, "hidden_size": 256, "intermediate_size": 768,
                   "num_attention_heads": 8, "num_key_value_heads": 4, "num_hidden_layers": 1,
                   "tie_word_embeddings": False}  # fmt: skip
-    layer = build(hidden_256).model.layers[0]
+    with cpu_gemm.cpu_gemm_mode("onednn"):
+        layer = build(hidden_256).model.layers[0]
     # q/k/v (2^17 elements), gate/up and down are packed; o_proj (2^16) stays on torch.mm.
     assert [layer.self_attn._qkv.packed, layer.self_attn._o.packed] == [True, False]
     assert layer.mlp._gate_up.packed and layer.mlp._down.packed
+    with cpu_gemm.cpu_gemm_mode("mm"):
+        layer = build(hidden_256).model.layers[0]
+    projections = [layer.self_attn._qkv, layer.self_attn._o, layer.mlp._gate_up, layer.mlp._down]
+    assert not any(p.packed for p in projections) and all(p._weight_t is not None for p in projections)
     big = {**CONFIG, "vocab_size": 1024, "hidden_size": 1024, "intermediate_size": 1024, "num_attention_heads": 16,
            "num_key_value_heads": 16, "num_hidden_layers": 1}  # fmt: skip
-    model = build(big)
+    with cpu_gemm.cpu_gemm_mode("onednn"):
+        model = build(big)
     projections = _projections(model)
     assert len(projections) == 5 and all(p.packed for p in projections)  # qkv, o, gate_up, down, head
     assert all(p._seen for p in projections)  # built at build time, not on the first step

@@ -1,0 +1,117 @@
+"""The CPU GEMM choice: measured once per weight shape (``auto``), or pinned (``onednn``, ``mm``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch import nn
+
+from tokenstate.contracts import ConfigError
+from tokenstate.models import cpu_gemm
+from tokenstate.models.cpu_gemm import (
+    GemmChoice,
+    cpu_gemm_mode,
+    gemm_choices,
+    get_cpu_gemm_mode,
+    set_cpu_gemm_mode,
+)
+from tokenstate.models.fused_linear import FusedProjection, onednn_packing_available
+
+pytestmark = pytest.mark.skipif(not onednn_packing_available(), reason="no oneDNN pre-packed linear ops in this torch")
+
+
+@pytest.fixture
+def measured(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[int, int]]]:
+    """A stubbed measurement (oneDNN wins for weights with more outputs than inputs) that logs shapes."""
+    calls: list[tuple[int, int]] = []
+
+    def measure(weight: torch.Tensor, *, one_row_eligible: bool) -> GemmChoice:
+        calls.append(tuple(weight.shape))
+        out_features, in_features = weight.shape
+        wins = out_features > in_features
+        return GemmChoice(packed=wins, one_row_mm=wins and one_row_eligible, onednn_us=1.0, mm_us=2.0)
+
+    monkeypatch.setattr(cpu_gemm, "_measure", measure)
+    monkeypatch.setattr(cpu_gemm, "_choices", {})
+    with cpu_gemm_mode("auto"):
+        yield calls
+
+
+def test_auto_runs_the_measured_path_and_measures_each_shape_once(measured: list[tuple[int, int]]) -> None:
+    torch.manual_seed(0)
+    wide, square = (nn.Linear(512, 512, bias=False), nn.Linear(512, 256, bias=False)), (nn.Linear(512, 512),)
+    x = torch.randn(16, 512)
+    with torch.no_grad():
+        fused_wide, fused_square, again = FusedProjection(), FusedProjection(), FusedProjection()
+        for fused, linears in ((fused_wide, wide), (fused_square, square), (again, wide)):
+            expected = torch.cat([lin(x) for lin in linears], dim=-1)
+            torch.testing.assert_close(fused(x, linears), expected, atol=1e-4, rtol=1e-4)
+    assert fused_wide.packed and again.packed  # [768, 512]: more outputs than inputs, oneDNN measured faster
+    assert not fused_square.packed and fused_square._weight_t is not None  # torch.mm on the transposed copy
+    assert measured == [(768, 512), (512, 512)]  # the second [768, 512] group reused the first measurement
+    threads = torch.get_num_threads()
+    assert set(gemm_choices()) == {(512, 768, threads, True), (512, 512, threads, True)}
+
+
+def test_a_weight_change_rebuilds_along_the_measured_path(measured: list[tuple[int, int]]) -> None:
+    linear = nn.Linear(256, 1024, bias=False)
+    fused, x = FusedProjection(), torch.randn(4, 256)
+    with torch.no_grad():
+        fused(x, (linear,))
+        linear.weight.mul_(3)
+        torch.testing.assert_close(fused(x, (linear,)), linear(x), atol=1e-4, rtol=1e-4)
+    assert fused.packed and measured == [(1024, 256)]
+
+
+@pytest.mark.parametrize(("mode", "packed"), [("onednn", True), ("mm", False)])
+def test_a_pinned_mode_measures_nothing(measured: list[tuple[int, int]], mode: str, packed: bool) -> None:
+    linear = nn.Linear(512, 1024)
+    with torch.no_grad(), cpu_gemm_mode(mode):
+        fused = FusedProjection()
+        torch.testing.assert_close(fused(torch.randn(3, 512), (linear,)).shape, torch.Size([3, 1024]))
+    assert fused.packed is packed and measured == []
+    assert get_cpu_gemm_mode() == "auto"  # restored after the block
+
+
+def test_the_real_measurement_times_both_paths() -> None:
+    choice = cpu_gemm._measure(torch.randn(384, 256), one_row_eligible=True)
+    assert choice.onednn_us is not None and choice.onednn_us > 0 and choice.mm_us is not None and choice.mm_us > 0
+    assert choice.packed == (choice.onednn_us < choice.mm_us)
+    if choice.packed:  # the one-row copy is kept exactly where torch.mm measured faster at one row
+        assert choice.mm_one_row_us is not None and choice.onednn_one_row_us is not None
+        assert choice.one_row_mm == (choice.mm_one_row_us < choice.onednn_one_row_us)
+    else:
+        assert not choice.one_row_mm and choice.mm_one_row_us is None
+
+
+def test_a_bad_mode_is_refused_with_the_valid_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match=r"not a CPU GEMM mode; valid values: auto, onednn, mm"):
+        set_cpu_gemm_mode("fastest")
+    monkeypatch.setattr(cpu_gemm._state, "mode", None)
+    monkeypatch.setenv(cpu_gemm.CPU_GEMM_ENV, "MKL")
+    with pytest.raises(ConfigError, match=r"TOKENSTATE_CPU_GEMM='MKL' is not a CPU GEMM mode"):
+        get_cpu_gemm_mode()
+    monkeypatch.setenv(cpu_gemm.CPU_GEMM_ENV, " OneDNN ")
+    assert get_cpu_gemm_mode() == "onednn"
+
+
+def test_prepack_measures_with_the_models_own_weights_streaming_between_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenstate.models.llama import build
+
+    swept: list[int] = []
+
+    def measure(weight: torch.Tensor, *, one_row_eligible: bool) -> GemmChoice:
+        swept.append(sum(t.numel() for t in cpu_gemm._state.sweep))
+        return GemmChoice(packed=False, one_row_mm=False)
+
+    monkeypatch.setattr(cpu_gemm, "_measure", measure)
+    monkeypatch.setattr(cpu_gemm, "_choices", {})
+    config = {"vocab_size": 1024, "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 2,
+              "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 64}  # fmt: skip
+    with cpu_gemm_mode("auto"):
+        model = build(config)
+    weights = sum(p.numel() for p in model.parameters())
+    assert swept and all(n == weights for n in swept)  # q/k/v, gate/up, down, head: each measured once
+    assert len(swept) == 4 and cpu_gemm._state.sweep == ()  # o_proj (2^16) is below the floor; sweep dropped after
