@@ -20,9 +20,23 @@ __all__ = [
 
 
 class TokenStateError(Exception):
-    """Root of every error tokenstate raises on purpose."""
+    """Root of every error tokenstate raises on purpose.
+
+    Every one pickles whatever its constructor takes (a device process sends them to the host).
+    """
 
     __module__ = "tokenstate.contracts"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuild, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuild(cls: type[TokenStateError], args: tuple[object, ...], state: dict[str, object]) -> TokenStateError:
+    """Unpickle an error without calling its constructor (keyword-only fields come from ``state``)."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class ContractViolation(TokenStateError, TypeError):

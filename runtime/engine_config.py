@@ -31,7 +31,7 @@ class EngineConfig:
     kv_cache_tokens: int | None = None
     speculative: SpeculativeConfig | None = None
     chaos: Chaos | None = None
-    cpu_stream: CpuStreamKind = "inline"  # on a CPU device: where device work runs (see stream.py)
+    cpu_stream: CpuStreamKind = "inline"  # on a CPU device: where device work runs (stream.py, process_stream.py)
 
     @property
     def num_speculative_tokens(self) -> int:

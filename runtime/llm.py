@@ -184,13 +184,15 @@ class LLM:
             2): prompt-lookup drafts proposed on the device, verified greedily. Only for models
             whose factory declares ``supports_speculative=True``.
         chaos: a seed: seeded random pauses in the stream and the host, so a missing fence shows as
-            a wrong token (default: ``$TOKENSTATE_CHAOS``, else none). Runs on the threaded stream.
+            a wrong token (default: ``$TOKENSTATE_CHAOS``, else none). Runs on the threaded stream
+            unless ``cpu_stream="process"``.
         cpu_stream: on a CPU device, where a step's device work runs: ``"inline"`` (in the host
-            thread, as it is submitted: no overlap and no hand-offs) or ``"thread"`` (a worker
-            thread, the CPU analogue of a GPU stream: step N computes while the host prepares
-            step N+1). Default: ``$TOKENSTATE_CPU_STREAM``, else ``"thread"`` under chaos and
-            ``"inline"`` otherwise — on a CPU both threads' Python shares one GIL, so the overlap
-            costs more than it hides (``docs/concepts/runner-paths.md``). Tokens are the same.
+            thread, as it is submitted: no overlap and no hand-offs), ``"thread"`` (a worker
+            thread: step N computes while the host prepares step N+1, but both threads' Python
+            shares one GIL, so the overlap costs more than it hides) or ``"process"`` (a forked
+            device process, Linux: the host's Python really runs beside the forward, on a second
+            core, as beside a GPU). Default: ``$TOKENSTATE_CPU_STREAM``, else ``"thread"`` under
+            chaos and ``"inline"`` otherwise (``docs/concepts/runner-paths.md``). Tokens are the same.
 
     Besides `generate`, the engine can be driven request by request, as a server does:
     `add_request` queues a request at any time, `step` runs one engine step and returns the

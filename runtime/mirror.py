@@ -73,12 +73,11 @@ class _Staging:
 
     def _alloc(self, capacity: int) -> None:
         # Fresh tensors, never resized in place: a copy still in flight keeps the old ones alive.
+        # The stream allocates them: pinned host buffers on CUDA, shared ones for a device process.
         self.capacity = capacity
-        self.host = [
-            torch.empty(capacity, dtype=self.dtype, pin_memory=self._pinned) for _ in range(2)
-        ]  # 2 x [capacity] of dtype
+        self.host = [self.stream.host_buffer(capacity, self.dtype) for _ in range(2)]  # 2 x [capacity]
         self.fences: list[StreamEvent | None] = [None, None]
-        self.device_buf = torch.empty(capacity, dtype=self.dtype, device=self.stream.device)
+        self.device_buf = self.stream.device_buffer(self, "device_buf", capacity, self.dtype)  # [capacity]
         self._turn = 0
 
     def _writable(self) -> int:
@@ -179,9 +178,13 @@ class DeviceMirror:
         # Per step: the sampled tokens (1 + drafts per row), the emitted count per row, the next drafts.
         most = num_slots * (2 + 2 * max_drafts)
         self._sampled_host = [
-            torch.empty(most, dtype=torch.int32, pin_memory=device.type == "cuda") for _ in range(2)
+            stream.host_buffer(most, torch.int32) for _ in range(2)
         ]  # 2 x [most] int32: at most two steps' results are in flight
         self._sampled_turn = 0
+
+    def device_objects(self) -> tuple[object, ...]:
+        """The objects holding the mirror's device state (for a stream whose device is a process)."""
+        return (self, self._staging, self._staging_long)
 
     def admit(self, requests: Sequence[Request]) -> None:
         """(Re)seed the slots of newly admitted requests, in one upload per kind of value.
@@ -292,10 +295,7 @@ class DeviceMirror:
         is the only one that rewrites step N's buffer.
         """
         if size > self._sampled_host[0].shape[0]:
-            pinned = self.device.type == "cuda"
-            self._sampled_host = [
-                torch.empty(2 * size, dtype=torch.int32, pin_memory=pinned) for _ in range(2)
-            ]
+            self._sampled_host = [self.stream.host_buffer(2 * size, torch.int32) for _ in range(2)]
         buffer = self._sampled_host[self._sampled_turn]
         self._sampled_turn = 1 - self._sampled_turn
         return buffer[:size]

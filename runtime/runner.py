@@ -105,6 +105,8 @@ class ModelRunner:
         )
         with torch.inference_mode():
             model.allocate_slots(max_num_seqs)
+        # The device side is complete: a stream whose device is another process forks it here.
+        self.stream.start((self, self.model, *self.mirror.device_objects()))
         self._num_launched = 0
 
     def prepare(self, batch: ScheduledBatch) -> HostStepInputs:

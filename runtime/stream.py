@@ -40,7 +40,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
@@ -66,8 +66,8 @@ __all__ = [
 
 CHAOS_ENV = "TOKENSTATE_CHAOS"
 CPU_STREAM_ENV = "TOKENSTATE_CPU_STREAM"
-CpuStreamKind = Literal["inline", "thread"]
-CPU_STREAMS: tuple[str, ...] = ("inline", "thread")
+CpuStreamKind = Literal["inline", "thread", "process"]
+CPU_STREAMS: tuple[str, ...] = ("inline", "thread", "process")
 
 
 class Chaos:
@@ -146,9 +146,10 @@ def choose_cpu_stream(requested: str | None, chaos: Chaos | None) -> CpuStreamKi
     """The CPU stream an engine runs on: ``requested`` (an ``LLM`` option), else
     ``TOKENSTATE_CPU_STREAM``, else ``"thread"`` under chaos and ``"inline"`` without it.
 
-    Inline is the default because on a CPU the worker's overlap does not pay (both threads' Python
-    runs under one GIL; measured in ``docs/concepts/runner-paths.md``); chaos perturbs the order of
-    two threads, so it needs the worker, and asking for both is refused.
+    Inline is the default because on a CPU the worker thread's overlap does not pay (both threads'
+    Python runs under one GIL; measured in ``docs/concepts/runner-paths.md``), and the device
+    process (``"process"``) takes a second core; chaos perturbs the order of two threads or
+    processes, so it needs one of those, and asking for chaos inline is refused.
     """
     kind = requested if requested is not None else cpu_stream_from_env()
     if kind is None:
@@ -157,8 +158,9 @@ def choose_cpu_stream(requested: str | None, chaos: Chaos | None) -> CpuStreamKi
         raise ConfigError(f"cpu_stream must be one of {list(CPU_STREAMS)}, got {kind!r}.")
     if kind == "inline" and chaos is not None:
         raise ConfigError(
-            "chaos needs the threaded CPU stream (it perturbs the order of two threads); use "
-            "cpu_stream='thread' with chaos (or unset TOKENSTATE_CPU_STREAM), or drop chaos."
+            "chaos needs the threaded CPU stream or the device process (it perturbs the order of two "
+            "threads or processes); use cpu_stream='thread' or 'process' with chaos (or unset "
+            "TOKENSTATE_CPU_STREAM), or drop chaos."
         )
     return kind  # type: ignore[return-value]
 
@@ -218,6 +220,32 @@ class DeviceStream(Protocol):
 
     def reset(self) -> None:
         """Wait for the stream to drain, drop a kept exception and run tasks again."""
+
+    def host_buffer(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """A ``[numel]`` host buffer the stream's copies read or write (pinned on CUDA)."""
+
+    def device_buffer(self, owner: object, name: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """Set ``owner.name`` to a fresh ``[numel]`` device buffer and return it."""
+
+    def start(self, objects: Iterable[object]) -> None:
+        """The device-side objects (runner, mirror, model) are complete; tasks may follow."""
+
+
+class _InProcessBuffers:
+    """Buffers of a stream whose device work runs in this process: plain (or pinned) allocations."""
+
+    device: torch.device
+
+    def host_buffer(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(numel, dtype=dtype, pin_memory=self.device.type == "cuda")
+
+    def device_buffer(self, owner: object, name: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        tensor = torch.empty(numel, dtype=dtype, device=self.device)
+        setattr(owner, name, tensor)
+        return tensor
+
+    def start(self, objects: Iterable[object]) -> None:
+        pass  # the device works on the very objects the host built
 
 
 class _CpuEvent:
@@ -285,7 +313,7 @@ def _stop_all() -> None:
         _stop(key)
 
 
-class CpuStream:
+class CpuStream(_InProcessBuffers):
     """A stream on the CPU: one worker thread runs the submitted tasks in order.
 
     Each task runs in a copy of the submitter's :mod:`contextvars` context (the checks mode, the step
@@ -343,7 +371,7 @@ class _PassedEvent:
         return True
 
 
-class InlineStream:
+class InlineStream(_InProcessBuffers):
     """A stream on the CPU that runs each task in the submitting thread, at submit time.
 
     The same contract as :class:`CpuStream` — tasks in order, under ``torch.inference_mode``; a
@@ -400,7 +428,7 @@ class _CudaEvent:
         return bool(self._event.query())
 
 
-class CudaStream:
+class CudaStream(_InProcessBuffers):
     """A stream on a CUDA device: a task's kernels are launched on one ``torch.cuda.Stream``.
 
     Chaos pauses the stream with ``torch.cuda._sleep`` (spinning on the device) before each task.
@@ -440,18 +468,22 @@ class CudaStream:
         self._faults.error = None
 
 
-def stream_for(
-    device: torch.device, chaos: Chaos | None = None, cpu_stream: str | None = None
-) -> CpuStream | CudaStream | InlineStream:
+def stream_for(device: torch.device, chaos: Chaos | None = None, cpu_stream: str | None = None) -> DeviceStream:
     """The stream implementation for ``device`` (``cpu`` or ``cuda``).
 
-    On the CPU, ``cpu_stream`` (``"thread"``, ``"inline"`` or ``None``, resolved by
-    :func:`choose_cpu_stream`) picks :class:`CpuStream` or :class:`InlineStream`.
+    On the CPU, ``cpu_stream`` (``"inline"``, ``"thread"``, ``"process"`` or ``None``, resolved by
+    :func:`choose_cpu_stream`) picks :class:`InlineStream`, :class:`CpuStream` or
+    :class:`~tokenstate.runtime.process_stream.ProcessStream`.
     """
     if device.type == "cuda":
         return CudaStream(device, chaos)
     if device.type == "cpu":
-        if choose_cpu_stream(cpu_stream, chaos) == "thread":
+        kind = choose_cpu_stream(cpu_stream, chaos)
+        if kind == "process":
+            from tokenstate.runtime.process_stream import ProcessStream  # it builds on this module
+
+            return ProcessStream(chaos)
+        if kind == "thread":
             return CpuStream(chaos)
         return InlineStream()
     raise ConfigError(f"no stream for device {device}; use 'cpu' or 'cuda'.")

@@ -30,10 +30,11 @@ def reference() -> list[tuple[int, ...]]:
     return [o.token_ids for o in LLM(FACTORY, async_scheduling=False, **ENGINE).generate(prompts, params)]
 
 
-def diverges(chaos: int, expected: list[tuple[int, ...]]) -> str | None:
-    """Run the async engine under ``chaos``; ``None`` if it matches, else what went wrong."""
+def diverges(chaos: int, expected: list[tuple[int, ...]], cpu_stream: str = "thread") -> str | None:
+    """Run the async engine under ``chaos`` on ``cpu_stream`` (the worker thread or the device
+    process); ``None`` if it matches, else what went wrong."""
     prompts, params = _requests()
-    llm = LLM(FACTORY, async_scheduling=True, chaos=chaos, **ENGINE)
+    llm = LLM(FACTORY, async_scheduling=True, chaos=chaos, cpu_stream=cpu_stream, **ENGINE)
     try:
         got = [o.token_ids for o in llm.generate(prompts, params)]
     except (TokenStateError, RuntimeError, IndexError, ValueError) as exc:

@@ -68,3 +68,15 @@ def reseed_from_host(patch: MutantPatch) -> None:
 
 
 MUTANTS = (staging_reused_in_flight, pending_read_unfenced, reseed_from_host)
+
+
+@mutant(
+    "STR-6/host-buffers-private",
+    doc="The device process's host buffers (upload staging, step results) are ordinary host memory "
+    "instead of memory both processes map: the device copies the host's inputs as they were when "
+    "the task was pickled, and writes each step's tokens where the host never looks.",
+)
+def host_buffers_private(patch: MutantPatch) -> None:
+    from tokenstate.runtime.process_stream import ProcessStream
+
+    patch.setattr(ProcessStream, "host_buffer", lambda self, numel, dtype: torch.zeros(numel, dtype=dtype))

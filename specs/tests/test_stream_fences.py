@@ -2,18 +2,22 @@
 
 Each paid test runs the chaos workload (slot reuse, idle rows of requests that stopped, chunked
 prefill, repetition penalties) under three chaos seeds and demands the synchronous engine's tokens.
-The last test measures the issue's bar directly: each fence-dropping mutant is caught in at least
-19 of 20 seeded chaos runs, and no run diverges without a mutant.
+The 19-of-20 tests measure the issue's bar directly, on the worker thread and on the device process:
+each fence-dropping mutant is caught in at least 19 of 20 seeded chaos runs, and no run diverges
+without a mutant.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from tokenstate.runtime.process_stream import process_stream_available
+
 from ._chaos_workload import diverges, reference
 from ._recorded import recorded_rows
 from .stream_fences_mutants import (
     MUTANTS,
+    host_buffers_private,
     pending_read_unfenced,
     reseed_from_host,
     staging_reused_in_flight,
@@ -57,10 +61,30 @@ def test_each_dropped_fence_is_caught_in_19_of_20_chaos_runs_and_none_diverges_w
         assert caught >= 19, f"{mutant.name}: caught in only {caught} of 20 chaos runs"
 
 
+@pytest.mark.paid("STR-6", before=host_buffers_private)
+@pytest.mark.skipif(not process_stream_available(), reason="the device process needs Linux")
+def test_the_device_process_gives_the_synchronous_tokens_under_chaos(expected):
+    problems = [p for p in (diverges(seed, expected, "process") for seed in SEEDS) if p is not None]
+    assert not problems, problems
+
+
+@pytest.mark.skipif(not process_stream_available(), reason="the device process needs Linux")
+def test_each_dropped_fence_is_caught_across_processes_in_19_of_20_chaos_runs(expected):
+    seeds = range(200, 220)
+    clean = [p for p in (diverges(seed, expected, "process") for seed in seeds) if p is not None]
+    assert clean == []
+    for mutant in MUTANTS:
+        with mutant.applied():
+            caught = sum(diverges(seed, expected, "process") is not None for seed in seeds)
+        assert caught >= 19, f"{mutant.name}: caught in only {caught} of 20 chaos runs on the device process"
+
+
 @pytest.mark.owed("STR-4")
 def test_recorded_async_run_beats_sync_by_a_fifth() -> None:
-    rows = [r for r in recorded_rows("async_vs_sync") if "hidden 512" in r["measure"]]
-    assert rows, "the recorded run has no async/sync row for the forward-dominated model"
+    rows = [
+        r for r in recorded_rows("async_vs_sync") if "hidden 512" in r["measure"] and "device process" in r["measure"]
+    ]
+    assert rows, "the recorded run has no async (device process) / sync row for the forward-dominated model"
     assert all(r["tokens_match"] and r["ratio_min_median_max"][1] >= 1.2 for r in rows), rows
 
 

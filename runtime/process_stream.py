@@ -1,0 +1,598 @@
+"""The CPU device as a process: a stream whose tasks run in a forked device process.
+
+A :class:`~tokenstate.runtime.stream.CpuStream` worker thread overlaps only the time both threads
+spend outside the GIL, and the forward's Python (module calls, op dispatch) holds it — so on a CPU
+the threaded async engine never beat the synchronous one (*Runner paths*). A process has its own
+interpreter: while the device process runs step N's forward, the host process prepares step N+1 in
+parallel, Python and all, exactly as a host thread does beside a GPU. That is what this stream is.
+
+**How.** The runner calls :meth:`ProcessStream.start` once its device-side objects exist (itself, the
+mirror, the model); the stream forks there. The device process inherits a copy of every object and
+tensor at that moment — model weights, KV caches and the mirror's slot state live on in it, and only
+it writes them from then on. Each :meth:`~ProcessStream.submit` pickles the task to the device
+process through a pipe:
+
+* an object that existed at the fork (the runner, the mirror, the model) travels as its identity
+  and resolves to the device process's copy, so ``runner._device_step`` runs on the device's runner;
+* a tensor inside one of those objects' device buffers (a view of the mirror's upload buffer, say)
+  travels as ``(buffer, offset, size, stride)`` and becomes the same view of the device's buffer;
+* a host buffer both sides touch (upload staging, step results) is shared memory
+  (:meth:`~ProcessStream.host_buffer`, a ``memfd`` both processes map), so the device reads what
+  the host staged and the host reads what the device wrote — after the event, as on a GPU;
+* everything else (a step's host arrays, its batch rows) is copied; a request travels as its
+  sampling parameters only (all a device task reads of it).
+
+Events are markers in the same pipe: the device process answers one when it reaches it, so an event
+is passed exactly when every task submitted before it has run. A task's exception is kept, skips the
+later tasks until :meth:`~ProcessStream.reset`, and is re-raised by the next fence, as on the other
+streams; the contract violations a guarded embedding records in the device process travel back to
+the host's :class:`~tokenstate.runtime.kernels.StepGuard` before the step's event, so the step's
+sync point raises them naming rows and slots.
+
+Linux only (``os.fork``, ``memfd_create``); the device process runs one intra-op thread
+(GNU OpenMP is not fork-safe once its thread pool exists), so this stream suits machines where one
+core computes and another hosts — the shape of a GPU server. Chaos mode pauses the device process
+before its tasks and the host at its hand-over points.
+"""
+
+from __future__ import annotations
+
+import atexit
+import copyreg
+import io
+import mmap
+import os
+import pickle
+import sys
+import time
+import traceback
+import weakref
+from collections.abc import Callable, Iterable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from tokenstate.contracts import ConfigError, TokenStateError, get_checks_mode, set_checks_mode
+from tokenstate.runtime.kernels.guard import StepGuard
+from tokenstate.runtime.request import Request
+from tokenstate.runtime.stream import Chaos
+
+__all__ = ["ProcessStream", "process_stream_available"]
+
+
+def process_stream_available() -> bool:
+    """Whether this platform can run the device process (Linux: ``os.fork`` and ``memfd_create``)."""
+    return sys.platform.startswith("linux") and hasattr(os, "memfd_create") and hasattr(os, "fork")
+
+
+class _SharedBuffer:
+    """A host buffer in memory both processes map: an anonymous ``memfd``, opened by the device
+    process through ``/proc/<host pid>/fd`` the first time a task names it."""
+
+    __slots__ = ("fd", "map", "nbytes", "tensor")
+
+    def __init__(self, numel: int, dtype: torch.dtype) -> None:
+        self.nbytes = max(1, numel) * torch.empty((), dtype=dtype).element_size()
+        self.fd = os.memfd_create("tokenstate-host-buffer", os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, self.nbytes)
+        self.map = mmap.mmap(self.fd, self.nbytes)
+        self.tensor = torch.frombuffer(self.map, dtype=dtype, count=numel)  # [numel]
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class _RequestOnDevice:
+    """What a device task reads of a :class:`~tokenstate.runtime.request.Request`: its parameters."""
+
+    __slots__ = ("params", "request_id", "slot")
+
+    def __init__(self, params: Any, request_id: int, slot: int) -> None:
+        self.params, self.request_id, self.slot = params, request_id, slot
+
+
+def _tensor_key(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _device_tensors_of(objects: Iterable[object]) -> dict[int, tuple[int, str]]:
+    """``storage -> (object id, attribute)`` for every tensor attribute of ``objects`` (device state)."""
+    found: dict[int, tuple[int, str]] = {}
+    for obj in objects:
+        names = list(vars(obj)) if hasattr(obj, "__dict__") else []
+        names += [s for s in getattr(type(obj), "__slots__", ()) if hasattr(obj, s)]
+        for name in names:
+            value = getattr(obj, name)
+            if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+                found.setdefault(_tensor_key(value), (id(obj), name))
+    return found
+
+
+class _HostPickler(pickle.Pickler):
+    """Pickles a task for the device process (see the module docstring for what travels how).
+
+    Per-type reducers in a ``dispatch_table`` (not ``reducer_override`` or ``persistent_id``, which
+    the C pickler calls for every object): a step's many tuples, arrays and numbers cost no Python
+    call each.
+    """
+
+    def __init__(self, file: io.BytesIO, stream: ProcessStream) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.dispatch_table = stream._dispatch
+
+
+def _host_dispatch(stream: ProcessStream, types: Iterable[type]) -> dict[type, Callable[[Any], Any]]:
+    """The host pickler's reducers: tensors, requests, step guards and the objects given to start()."""
+
+    def tensor(obj: torch.Tensor) -> Any:
+        key = _tensor_key(obj)
+        view = (obj.dtype, obj.storage_offset(), tuple(obj.shape), obj.stride())
+        if key in stream._shared:
+            return _shared_view, (key, *view)
+        owner = stream._device_tensors.get(key)
+        if owner is not None:
+            return _device_view, (owner, *view)
+        if obj.device.type != "cpu":
+            raise ConfigError(f"process stream: a task argument is a {obj.device} tensor; only CPU tensors travel.")
+        return torch.from_numpy, (obj.detach().numpy(force=True).copy(),)
+
+    def request(obj: Request) -> Any:
+        return _RequestOnDevice, (obj.params, obj.request_id, obj.slot)
+
+    def guard(obj: StepGuard) -> Any:
+        stream._guards[id(obj)] = (stream._submitted, obj)
+        return _device_guard, (id(obj),)
+
+    def device_object(obj: object) -> Any:
+        if id(obj) in stream._objects:
+            return _device_object, (id(obj),)
+        return obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)  # another instance of the type: by value
+
+    table: dict[type, Callable[[Any], Any]] = dict(copyreg.dispatch_table)
+    table.update({t: device_object for t in types})
+    table.update({torch.Tensor: tensor, Request: request, StepGuard: guard})
+    return table
+
+
+class _DevicePickler(pickle.Pickler):
+    """Pickles what the device process sends back; tensors as numpy arrays."""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.dispatch_table = _DEVICE_DISPATCH
+
+
+def _tensor_by_value(t: torch.Tensor) -> Any:
+    return torch.from_numpy, (t.detach().numpy(force=True).copy(),)
+
+
+_DEVICE_DISPATCH: dict[type, Callable[[Any], Any]] = {**copyreg.dispatch_table, torch.Tensor: _tensor_by_value}
+
+
+_here: _Device | None = None
+"""The device process's :class:`_Device` (``None`` in the host process)."""
+
+
+def _on_device() -> _Device:
+    if _here is None:
+        raise TokenStateError("process stream: a device reference was unpickled outside the device process.")
+    return _here
+
+
+def _device_object(oid: int) -> object:
+    return _on_device().objects[oid]
+
+
+def _device_guard(gid: int) -> StepGuard:
+    guard = StepGuard()
+    _on_device().task_guards.append((gid, guard))
+    return guard
+
+
+def _device_view(
+    owner: tuple[int, str], dtype: torch.dtype, offset: int, shape: tuple[int, ...], stride: tuple[int, ...]
+) -> torch.Tensor:
+    oid, name = owner
+    return _view(getattr(_on_device().objects[oid], name), dtype, offset, shape, stride)
+
+
+def _shared_view(
+    key: int, dtype: torch.dtype, offset: int, shape: tuple[int, ...], stride: tuple[int, ...]
+) -> torch.Tensor:
+    return _view(_on_device().shared_tensor(key), dtype, offset, shape, stride)
+
+
+def _view(base: torch.Tensor, dtype: torch.dtype, offset: int, shape: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
+    if base.dtype != dtype:
+        raise TokenStateError(f"process stream: a {dtype} view of a {base.dtype} buffer cannot travel.")
+    return base.as_strided(shape, stride, offset)
+
+
+def _dumps(pickler: type[pickle.Pickler], obj: Any, *args: Any) -> bytes:
+    buf = io.BytesIO()
+    pickler(buf, *args).dump(obj)
+    return buf.getvalue()
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """The exception as it can cross to the host: itself when it pickles, else a TokenStateError."""
+    try:
+        pickle.loads(_dumps(_DevicePickler, exc))
+        copy = exc
+    except Exception:
+        copy = TokenStateError(f"{type(exc).__name__}: {exc}")
+    note = "".join(traceback.format_exception(exc))
+    copy.add_note(f"raised in the device process (process stream):\n{note}")
+    return copy
+
+
+class _Device:
+    """The device process's side: runs tasks in order, answers events."""
+
+    def __init__(
+        self, commands: Connection, replies: Connection, host_pid: int, objects: dict[int, object],
+        inherited: dict[int, torch.Tensor], chaos: Chaos | None,
+    ) -> None:  # fmt: skip
+        self.commands, self.replies, self.host_pid = commands, replies, host_pid
+        self.objects = objects
+        # Shared host buffers: those made before the fork are mapped here already; a later one is
+        # announced (fd, bytes, dtype, numel) and opened on first use.
+        self._shared: dict[int, torch.Tensor] = dict(inherited)
+        self._shared_meta: dict[int, tuple[int, int, torch.dtype, int]] = {}
+        self._maps: list[mmap.mmap] = []
+        self.chaos = chaos
+        self.task_guards: list[tuple[int, StepGuard]] = []
+        self.fault: BaseException | None = None
+        self.fault_index = 0
+        self.fault_sent = True
+
+    def shared_tensor(self, key: int) -> torch.Tensor:
+        tensor = self._shared.get(key)
+        if tensor is None:
+            fd, nbytes, dtype, numel = self._shared_meta[key]
+            opened = os.open(f"/proc/{self.host_pid}/fd/{fd}", os.O_RDWR)
+            try:
+                mapped = mmap.mmap(opened, nbytes)
+            finally:
+                os.close(opened)
+            self._maps.append(mapped)
+            tensor = self._shared[key] = torch.frombuffer(mapped, dtype=dtype, count=numel)
+        return tensor
+
+    def serve(self) -> None:
+        while True:
+            try:
+                batch = self.commands.recv_bytes()
+            except EOFError:
+                return
+            view, at = memoryview(batch), 0
+            while at < len(batch):
+                size = int.from_bytes(view[at : at + 4], "little")
+                if not self._handle(bytes(view[at + 4 : at + 4 + size])):
+                    return
+                at += 4 + size
+
+    def _handle(self, message: bytes) -> bool:
+        """Act on one message; ``False`` once told to stop."""
+        kind = message[:1]
+        if kind == b"t":
+            self._run(message[1:])
+        elif kind == b"e":
+            fault = None
+            if not self.fault_sent and self.fault is not None:
+                fault, self.fault_sent = (self.fault_index, self.fault), True
+            self.replies.send_bytes(b"p" + _dumps(_DevicePickler, (int(message[1:]), fault)))
+        elif kind == b"s":  # a shared buffer the host made after the fork
+            key, meta = pickle.loads(message[1:])
+            self._shared_meta[key] = meta
+        elif kind == b"r":
+            self.fault, self.fault_sent = None, True
+        elif kind == b"q":
+            return False
+        return True
+
+    def _run(self, payload: bytes) -> None:
+        if self.chaos is not None:
+            delay = self.chaos.stream_delay()
+            if delay:
+                time.sleep(delay)
+        self.task_guards = []
+        try:
+            index, checks, fn, args = pickle.loads(payload)
+        except BaseException as exc:
+            self._fail(-1, exc)
+            return
+        if self.fault is not None:
+            return  # poisoned until reset, as the other streams
+        try:
+            if checks != get_checks_mode():
+                set_checks_mode(checks)
+            fn(*args)
+        except BaseException as exc:
+            self._fail(index, exc)
+        self._send_guard_records()
+
+    def _fail(self, index: int, exc: BaseException) -> None:
+        if self.fault is None:
+            self.fault, self.fault_index, self.fault_sent = _portable(exc), index, False
+
+    def _send_guard_records(self) -> None:
+        for gid, guard in self.task_guards:
+            # The device reading its own flags is no host sync; only violations travel back.
+            bad = [(r.bad, r.ids, r.vocab_size) for r in guard._records if bool(r.bad.any())]
+            if bad:
+                self.replies.send_bytes(b"g" + _dumps(_DevicePickler, (gid, bad)))
+        self.task_guards = []
+
+
+def _serve(device: _Device) -> int:
+    """The device process's life: serve the host's tasks until it stops; the exit status."""
+    global _here
+    _here = device
+    torch.set_num_threads(1)
+    try:
+        with torch.inference_mode():
+            device.serve()
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+_live: weakref.WeakValueDictionary[int, ProcessStream] = weakref.WeakValueDictionary()
+"""Live streams: each device process closes the others' pipes (so they see EOF when their host goes)."""
+
+
+@atexit.register
+def _stop_all() -> None:
+    for stream in list(_live.values()):
+        stream.close()
+
+
+def _allocate(owner: object, name: str, numel: int, dtype: torch.dtype) -> None:
+    """On the device: :meth:`ProcessStream.device_buffer`'s allocation."""
+    setattr(owner, name, torch.empty(numel, dtype=dtype))
+
+
+class _ProcessEvent:
+    __slots__ = ("_index", "_stream")
+
+    def __init__(self, stream: ProcessStream, index: int) -> None:
+        self._stream = stream
+        self._index = index  # tasks submitted before this event
+
+    def synchronize(self) -> None:
+        self._stream._wait(self._index)
+        self._stream._raise_if_failed(before=self._index)
+
+    def wait(self) -> None:
+        self._stream._wait(self._index)
+
+    def query(self) -> bool:
+        self._stream._drain()
+        return self._stream._passed >= self._index
+
+
+class ProcessStream:
+    """A stream on the CPU whose tasks run in a forked device process (see the module docstring)."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, chaos: Chaos | None = None) -> None:
+        if not process_stream_available():
+            raise ConfigError(
+                "cpu_stream='process' needs Linux (os.fork and memfd_create); use cpu_stream='inline' "
+                "or 'thread' on this platform."
+            )
+        self.chaos = chaos
+        self._submitted = 0
+        self._events = 0  # event markers sent
+        self._passed = 0  # tasks the device process has reached, as of the last answered event
+        self._fault: BaseException | None = None
+        self._fault_index = 0
+        self._shared: dict[int, _SharedBuffer] = {}
+        self._objects: dict[int, object] = {}
+        self._device_tensors: dict[int, tuple[int, str]] = {}  # storage -> (object id, attribute)
+        self._guards: dict[int, tuple[int, StepGuard]] = {}
+        self._outbox: list[bytes] = []  # framed messages not yet sent (see _post)
+        self._dispatch = _host_dispatch(self, ())
+        self._pid: int | None = None
+        self._closed = False
+        self._commands: Connection | None = None
+        self._replies: Connection | None = None
+        _live[id(self)] = self
+        weakref.finalize(self, _shut_down, self.__dict__)
+
+    # -- set-up ----------------------------------------------------------------------------------
+
+    def host_buffer(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """A ``[numel]`` host buffer the device process reads and writes too (shared memory)."""
+        shared = _SharedBuffer(numel, dtype)
+        key = _tensor_key(shared.tensor)
+        self._shared[key] = shared
+        if self._commands is not None:  # made after the fork: tell the device where it is
+            self._post(b"s" + pickle.dumps((key, (shared.fd, shared.nbytes, dtype, numel))))
+        return shared.tensor
+
+    def device_buffer(self, owner: object, name: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        """Set ``owner.name`` to a fresh ``[numel]`` device buffer, on both sides of the fork.
+
+        Before :meth:`start` this is a plain allocation (the fork copies it); after it, the device
+        process allocates its own in stream order, and views of the host's copy travel as views of it.
+        """
+        tensor = torch.empty(numel, dtype=dtype)
+        old = getattr(owner, name, None)
+        setattr(owner, name, tensor)
+        if self._pid is not None:
+            if id(owner) not in self._objects:
+                raise ConfigError(f"process stream: {type(owner).__name__} was not given to start().")
+            if isinstance(old, torch.Tensor):
+                # Steps already submitted carried their views; once freed, its address may be reused.
+                self._device_tensors.pop(_tensor_key(old), None)
+            self._device_tensors[_tensor_key(tensor)] = (id(owner), name)
+            self.submit(_allocate, owner, name, numel, dtype)
+        return tensor
+
+    def start(self, objects: Iterable[object]) -> None:
+        """Fork the device process; ``objects`` (and their tensors) become the device's from here on."""
+        if self._pid is not None:
+            raise ConfigError("process stream: start() was called twice.")
+        objects = list(objects)
+        self._objects = {id(o): o for o in objects}
+        self._dispatch = _host_dispatch(self, {type(o) for o in objects})
+        self._device_tensors = {k: v for k, v in _device_tensors_of(objects).items() if k not in self._shared}
+        inherited = {k: b.tensor for k, b in self._shared.items()}  # mapped shared: the fork keeps them
+        command_r, command_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        host_pid = os.getpid()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the device process: serve until told to stop, never return
+            code = 1
+            try:
+                os.close(command_w)
+                os.close(reply_r)
+                for other in list(_live.values()):
+                    if other is not self:
+                        _close_pipes(other.__dict__)
+                code = _serve(
+                    _Device(
+                        Connection(command_r, writable=False), Connection(reply_w, readable=False),
+                        host_pid, self._objects, inherited, self.chaos,
+                    )
+                )  # fmt: skip
+            finally:
+                os._exit(code)
+        os.close(command_r)
+        os.close(reply_w)
+        self._pid = pid
+        self._commands = Connection(command_w, readable=False)
+        self._replies = Connection(reply_r, writable=False)
+
+    # -- the stream interface ---------------------------------------------------------------------
+
+    def submit(self, fn: Callable[..., object], *args: Any) -> None:
+        if self._commands is None:
+            if self._closed:
+                raise TokenStateError("process stream: closed, its device process is gone; start a new LLM.")
+            raise ConfigError("process stream: a task was submitted before start() forked the device process.")
+        self._post(b"t" + _dumps(_HostPickler, (self._submitted, get_checks_mode(), fn, args), self))
+        self._submitted += 1
+
+    def record_event(self) -> _ProcessEvent:
+        if self._commands is None:
+            return _ProcessEvent(self, 0)  # nothing was submitted: passed
+        self._post(b"e%d" % self._submitted)
+        return _ProcessEvent(self, self._submitted)
+
+    def synchronize(self) -> None:
+        self.record_event().synchronize()
+
+    def reset(self) -> None:
+        if self._commands is not None:
+            self._post(b"r")
+            self.record_event().wait()
+        self._fault = None
+
+    def close(self) -> None:
+        """Stop the device process (idempotent); the stream cannot run tasks afterwards."""
+        _live.pop(id(self), None)
+        _shut_down(self.__dict__)
+
+    # -- the host's side of the pipe --------------------------------------------------------------
+
+    def _post(self, message: bytes) -> None:
+        """Queue a message; :meth:`_flush` sends the queue as one write. The host flushes whenever
+        it is about to wait or look, so a step's copies, device step and events reach the device
+        process together — one pipe write and at most one wake-up a step, not one per task."""
+        self._outbox.append(len(message).to_bytes(4, "little") + message)
+
+    def _flush(self) -> None:
+        if not self._outbox:
+            return
+        batch, self._outbox = b"".join(self._outbox), []
+        self._send(batch)
+
+    def _send(self, message: bytes) -> None:
+        if self._commands is None:
+            raise TokenStateError("process stream: closed, its device process is gone; start a new LLM.")
+        try:
+            self._commands.send_bytes(message)
+        except OSError as exc:
+            raise TokenStateError(
+                "process stream: the device process is gone (it crashed or was killed); its "
+                "output went to stderr. Start a new LLM."
+            ) from exc
+
+    def _drain(self) -> None:
+        """Handle every reply already there (never blocks)."""
+        self._flush()
+        while self._replies is not None and self._replies.poll():
+            self._handle(self._replies)
+
+    def _wait(self, index: int) -> None:
+        self._flush()
+        while self._passed < index:
+            if self._replies is None:
+                raise TokenStateError("process stream: closed; start a new LLM.")
+            self._handle(self._replies)
+
+    def _handle(self, replies: Connection) -> None:
+        try:
+            message = replies.recv_bytes()
+        except EOFError as exc:
+            raise TokenStateError(
+                "process stream: the device process exited (it crashed or was killed); its output "
+                "went to stderr. Start a new LLM."
+            ) from exc
+        kind, body = message[:1], pickle.loads(message[1:])
+        if kind == b"g":
+            gid, records = body
+            entry = self._guards.get(gid)
+            if entry is not None:
+                for bad, ids, vocab in records:
+                    entry[1].record(bad, ids, vocab)
+            return
+        passed, fault = body
+        self._passed = max(self._passed, passed)
+        if fault is not None and self._fault is None:
+            self._fault_index, self._fault = fault
+        for gid in [g for g, (index, _) in self._guards.items() if index < self._passed]:
+            del self._guards[gid]  # its task ran: every record it made has arrived
+
+    def _raise_if_failed(self, before: int) -> None:
+        if self._fault is not None and self._fault_index < before:
+            raise self._fault
+
+
+def _shut_down(state: dict[str, Any]) -> None:
+    """Tell the device process to stop, wait for it, close the pipes and shared buffers."""
+    state["_closed"] = True
+    commands, pid = state.get("_commands"), state.get("_pid")
+    if commands is not None:
+        quit_message = b"q"
+        try:
+            commands.send_bytes(b"".join([*state.get("_outbox", []), len(quit_message).to_bytes(4, "little"), quit_message]))
+        except OSError:
+            pass
+        state["_outbox"] = []
+    _close_pipes(state)
+    if pid is not None:
+        state["_pid"] = None
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def _close_pipes(state: dict[str, Any]) -> None:
+    for name in ("_commands", "_replies"):
+        conn = state.get(name)
+        if conn is not None:
+            conn.close()
+            state[name] = None
+    for buffer in state.get("_shared", {}).values():
+        buffer.close()
+    state["_shared"] = {}

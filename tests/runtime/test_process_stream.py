@@ -1,0 +1,183 @@
+"""The device process: tasks forked off to another process, shared host buffers, events, errors."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+from tokenstate.contracts import ConfigError, StaleHostTokensError, TokenStateError
+from tokenstate.models.toy import toy_factory
+from tokenstate.runtime import LLM, SamplingParams, process_stream
+from tokenstate.runtime.kernels import EmbeddedBadIdsError
+from tokenstate.runtime.process_stream import ProcessStream, process_stream_available
+from tokenstate.runtime.stream import stream_for
+
+pytestmark = pytest.mark.skipif(not process_stream_available(), reason="the device process needs Linux")
+
+
+class _DeviceState:
+    """Stands for the runner's device-side objects: a tensor the device process owns."""
+
+    def __init__(self) -> None:
+        self.log = torch.zeros(8, dtype=torch.int64)  # [8]
+        self.count = 0
+
+    def append(self, value: int) -> None:
+        self.log[self.count] = value
+        self.count += 1
+
+
+def _write_pid(dst: torch.Tensor) -> None:
+    dst.fill_(os.getpid())
+
+
+def _fill(dst: torch.Tensor, value: int) -> None:
+    dst.fill_(value)
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    dst.copy_(src)
+
+
+def _fail(message: str) -> None:
+    raise ValueError(message)
+
+
+def _fail_unpicklably() -> None:
+    class LocalError(Exception):  # defined here: the host cannot unpickle it
+        pass
+
+    raise LocalError("a device-only error type")
+
+
+@pytest.fixture
+def started() -> tuple[ProcessStream, _DeviceState, torch.Tensor]:
+    stream = ProcessStream()
+    host = stream.host_buffer(8, torch.int64)  # [8]: both processes map it
+    state = _DeviceState()
+    stream.start([state])
+    yield stream, state, host
+    stream.close()
+
+
+def test_tasks_run_in_order_in_the_device_process_on_its_own_copy_of_the_state(started) -> None:
+    stream, state, host = started
+    stream.submit(_write_pid, host[:1])
+    for value in (5, 6, 7):
+        stream.submit(state.append, value)  # a bound method of a start() object: the device's copy
+    stream.submit(_copy, host[1:4], state.log[:3])  # a view of a device buffer, into a shared one
+    stream.synchronize()
+    assert host[0].item() not in (0, os.getpid())  # ran in another process
+    assert host[1:4].tolist() == [5, 6, 7]  # in submission order
+    assert state.count == 0 and not state.log.any()  # the host's copy is untouched
+
+
+def test_an_event_is_passed_only_once_every_task_before_it_ran(started) -> None:
+    stream, _, host = started
+    stream.submit(time.sleep, 0.3)
+    stream.submit(_fill, host[:1], 9)
+    event = stream.record_event()
+    assert not event.query() and host[0].item() == 0
+    event.synchronize()
+    assert event.query() and host[0].item() == 9
+
+
+def test_a_failed_task_raises_at_the_next_fence_and_skips_later_tasks_until_reset(started) -> None:
+    stream, _, host = started
+    before = stream.record_event()
+    stream.submit(_fail, "device fault")
+    stream.submit(_fill, host[:1], 1)  # skipped: the stream is poisoned
+    stream.record_event().wait()  # a buffer fence only waits
+    before.synchronize()  # step N's sync point does not report step N+1's fault
+    with pytest.raises(ValueError, match="device fault") as raised:
+        stream.synchronize()
+    assert any("raised in the device process" in note for note in raised.value.__notes__)
+    with pytest.raises(ValueError, match="device fault"):
+        stream.synchronize()  # errors stay until reset
+    stream.reset()
+    stream.submit(_fill, host[:1], 2)
+    stream.synchronize()
+    assert host[0].item() == 2
+
+
+def test_an_error_the_host_cannot_unpickle_arrives_as_its_text(started) -> None:
+    stream, _, _ = started
+    stream.submit(_fail_unpicklably)
+    with pytest.raises(TokenStateError, match="LocalError: a device-only error type"):
+        stream.synchronize()
+
+
+def test_buffers_made_after_the_fork_reach_the_device(started) -> None:
+    stream, state, _ = started
+    host = stream.host_buffer(4, torch.int32)  # announced to the device process, opened there
+    device = stream.device_buffer(state, "grown", 4, torch.int32)  # allocated on both sides
+    stream.submit(_fill, device[1:3], 7)
+    stream.submit(_copy, host, device)
+    stream.synchronize()
+    assert host.tolist()[1:3] == [7, 7]
+
+
+def test_close_stops_the_device_process_and_a_closed_stream_says_so() -> None:
+    stream = ProcessStream()
+    stream.start([])
+    pid = stream._pid
+    stream.close()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, 0)  # already reaped
+    with pytest.raises(TokenStateError, match="process stream: closed"):
+        stream.submit(_fill, torch.zeros(1), 1)
+    stream.close()  # idempotent
+
+
+def test_the_device_process_needs_linux(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(process_stream.sys, "platform", "darwin")
+    with pytest.raises(ConfigError, match="cpu_stream='process' needs Linux"):
+        stream_for(torch.device("cpu"), cpu_stream="process")
+
+
+PROMPTS = [[5, 6, 7], [9, 3, 4, 1], [11, 12], [2, 8, 8, 8, 8, 8], [40, 41, 42, 43, 44, 45, 46, 47, 48]]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"kv_cache_tokens": 24, "scheduling_order": "random", "max_num_batched_tokens": 8},
+        {"speculative": {"method": "ngram", "num_tokens": 2}},
+        {"chaos": 3},
+    ],
+    ids=["plain", "preempt-random-chunked", "ngram-drafts", "chaos"],
+)
+def test_async_on_the_device_process_gives_the_synchronous_tokens(options: dict) -> None:
+    params = [
+        SamplingParams(max_tokens=14, ignore_eos=True),
+        SamplingParams(max_tokens=9, ignore_eos=True, repetition_penalty=1.3, bad_words=[[13]]),
+        SamplingParams(max_tokens=11, ignore_eos=True, temperature=0.8, top_k=8, seed=4),
+        SamplingParams(max_tokens=12, ignore_eos=True, frequency_penalty=0.4),
+        SamplingParams(max_tokens=10, ignore_eos=True),
+    ]
+    sync = LLM("tiny-llama", async_scheduling=False, max_num_seqs=3, **options | {"chaos": None})
+    expected = [o.token_ids for o in sync.generate(PROMPTS, params)]
+    llm = LLM("tiny-llama", max_num_seqs=3, cpu_stream="process", **options)
+    assert isinstance(llm._engine.runner.stream, ProcessStream)
+    for _ in range(2):  # a second call reuses the slots, the buffers and the device process
+        assert [o.token_ids for o in llm.generate(PROMPTS, params)] == expected
+    assert llm.stats.async_steps > 0 and llm.stats.fallback_steps == 0
+
+
+def test_a_stale_host_read_in_the_device_process_raises_at_the_sync_point() -> None:
+    llm = LLM(toy_factory(embed="host", honors=True), cpu_stream="process")
+    with pytest.raises(StaleHostTokensError, match="stale host token ids read at rows") as raised:
+        llm.generate(PROMPTS, SamplingParams(max_tokens=6, ignore_eos=True))
+    assert raised.value.rows  # the error's fields crossed the process boundary too
+    out = llm.generate(PROMPTS[:1], SamplingParams(max_tokens=1))  # the engine recovered
+    assert len(out[0].token_ids) == 1
+
+
+def test_a_placeholder_embedded_in_the_device_process_is_reported_with_its_rows() -> None:
+    llm = LLM(toy_factory(embed="raw", honors=True), max_num_batched_tokens=64, cpu_stream="process")
+    with pytest.raises(EmbeddedBadIdsError, match=r"ids outside \[0, vocab=128\).*rows \[0, 1, 2"):
+        llm.generate(PROMPTS, SamplingParams(max_tokens=6, ignore_eos=True))
