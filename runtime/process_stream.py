@@ -279,10 +279,10 @@ class _Device:
         if kind == b"t":
             self._run(message[1:])
         elif kind == b"e":
-            fault = None
             if not self.fault_sent and self.fault is not None:
-                fault, self.fault_sent = (self.fault_index, self.fault), True
-            self.replies.send_bytes(b"p" + _dumps(_DevicePickler, (int(message[1:]), fault)))
+                self.fault_sent = True
+                self.replies.send_bytes(b"f" + _dumps(_DevicePickler, (self.fault_index, self.fault)))
+            self.replies.send_bytes(b"p" + message[1:])  # passed: the event's index, as ASCII digits
         elif kind == b"s":  # a shared buffer the host made after the fork
             key, meta = pickle.loads(message[1:])
             self._shared_meta[key] = meta
@@ -547,20 +547,22 @@ class ProcessStream:
                 "process stream: the device process exited (it crashed or was killed); its output "
                 "went to stderr. Start a new LLM."
             ) from exc
-        kind, body = message[:1], pickle.loads(message[1:])
-        if kind == b"g":
-            gid, records = body
+        kind = message[:1]
+        if kind == b"p":  # an event was passed
+            self._passed = max(self._passed, int(message[1:]))
+            if self._guards:
+                for gid in [g for g, (index, _) in self._guards.items() if index < self._passed]:
+                    del self._guards[gid]  # its task ran: every record it made has arrived
+        elif kind == b"f":  # the first task that failed, sent before the event behind it
+            fault_index, fault = pickle.loads(message[1:])
+            if self._fault is None:
+                self._fault_index, self._fault = fault_index, fault
+        elif kind == b"g":  # a guarded embedding's violations, sent right after their task
+            gid, records = pickle.loads(message[1:])
             entry = self._guards.get(gid)
             if entry is not None:
                 for bad, ids, vocab in records:
                     entry[1].record(bad, ids, vocab)
-            return
-        passed, fault = body
-        self._passed = max(self._passed, passed)
-        if fault is not None and self._fault is None:
-            self._fault_index, self._fault = fault
-        for gid in [g for g, (index, _) in self._guards.items() if index < self._passed]:
-            del self._guards[gid]  # its task ran: every record it made has arrived
 
     def _raise_if_failed(self, before: int) -> None:
         if self._fault is not None and self._fault_index < before:
