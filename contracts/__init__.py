@@ -8,6 +8,7 @@ from tokenstate.contracts.checks import (
     checks_mode as checks_mode,
     get_checks_mode as get_checks_mode,
     set_checks_mode as set_checks_mode,
+    validated_setting as validated_setting,
 )
 from tokenstate.contracts.entry_point import EntryPoint as EntryPoint, entry_point as entry_point
 from tokenstate.contracts.errors import (
@@ -58,4 +59,5 @@ __all__ = [
     "set_checks_mode",
     "spliced_rows",
     "stale_position_mask",
+    "validated_setting",
 ]

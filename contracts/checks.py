@@ -16,7 +16,7 @@ from typing import Literal, get_args
 
 from tokenstate.contracts.errors import ConfigError
 
-__all__ = ["CHECK_MODES", "ChecksMode", "checks_mode", "get_checks_mode", "set_checks_mode"]
+__all__ = ["CHECK_MODES", "ChecksMode", "checks_mode", "get_checks_mode", "set_checks_mode", "validated_setting"]
 
 ChecksMode = Literal["off", "boundary", "full"]
 CHECK_MODES: tuple[str, ...] = get_args(ChecksMode)
@@ -25,14 +25,23 @@ ENV_VAR = "TOKENSTATE_CHECKS"
 _mode: str | None = None
 
 
-def _validated(value: str, source: str) -> str:
-    mode = value.strip().lower()
-    if mode not in CHECK_MODES:
+def validated_setting(value: str, source: str, valid: tuple[str, ...], *, what: str, default: str) -> str:
+    """``value`` (case and surrounding blanks ignored) if it is one of ``valid``, else a
+    :class:`ConfigError` naming ``source``, the valid values and the default.
+
+    The one check every string setting of tokenstate goes through (``TOKENSTATE_CHECKS``,
+    ``TOKENSTATE_CPU_GEMM``, ...), so they all read and refuse the same way.
+    """
+    setting = value.strip().lower()
+    if setting not in valid:
         raise ConfigError(
-            f"{source}={value!r} is not a checks mode; valid values: {', '.join(CHECK_MODES)} "
-            "(default: boundary)."
+            f"{source}={value!r} is not a {what}; valid values: {', '.join(valid)} (default: {default})."
         )
-    return mode
+    return setting
+
+
+def _validated(value: str, source: str) -> str:
+    return validated_setting(value, source, CHECK_MODES, what="checks mode", default="boundary")
 
 
 def get_checks_mode() -> str:

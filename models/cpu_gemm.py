@@ -39,7 +39,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from tokenstate.contracts import ConfigError
+from tokenstate.contracts import validated_setting
 
 __all__ = [
     "CALIBRATION_REPS",
@@ -97,13 +97,8 @@ _choices: dict[tuple[int, int, int, bool], GemmChoice] = {}
 
 
 def _validated(value: str, source: str) -> str:
-    mode = value.strip().lower()
-    if mode not in CPU_GEMM_MODES:
-        raise ConfigError(
-            f"{source}={value!r} is not a CPU GEMM mode; valid values: {', '.join(CPU_GEMM_MODES)} "
-            "(default: auto, which measures both paths once per weight shape)."
-        )
-    return mode
+    default = "auto, which measures both paths once per weight shape"
+    return validated_setting(value, source, CPU_GEMM_MODES, what="CPU GEMM mode", default=default)
 
 
 def get_cpu_gemm_mode() -> str:

@@ -32,7 +32,12 @@ sync point raises them naming rows and slots.
 Linux only (``os.fork``, ``memfd_create``); the device process runs one intra-op thread
 (GNU OpenMP is not fork-safe once its thread pool exists), so this stream suits machines where one
 core computes and another hosts — the shape of a GPU server. Chaos mode pauses the device process
-before its tasks and the host at its hand-over points.
+before its tasks and the host at its hand-over points. The device's side of the pipe is
+:mod:`tokenstate.runtime._device_process`.
+
+What it buys, measured on a 2-core machine: about even with the synchronous engine (0.97–1.07x),
+since a step's inputs cost about 0.25 ms to pickle on each side and the host's share of a step is
+small (*Runner paths → The device process*; *Design notes → The device process*).
 """
 
 from __future__ import annotations
@@ -44,8 +49,6 @@ import mmap
 import os
 import pickle
 import sys
-import time
-import traceback
 import weakref
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
@@ -53,7 +56,19 @@ from typing import Any
 
 import torch
 
-from tokenstate.contracts import ConfigError, TokenStateError, get_checks_mode, set_checks_mode
+from tokenstate.contracts import ConfigError, TokenStateError, get_checks_mode
+from tokenstate.runtime._device_process import (
+    Device,
+    RequestOnDevice,
+    allocate,
+    device_guard,
+    device_object,
+    device_view,
+    dumps,
+    serve_forever,
+    shared_view,
+    tensor_by_value,
+)
 from tokenstate.runtime.kernels.guard import StepGuard
 from tokenstate.runtime.request import Request
 from tokenstate.runtime.stream import Chaos
@@ -67,8 +82,9 @@ def process_stream_available() -> bool:
 
 
 class _SharedBuffer:
-    """A host buffer in memory both processes map: an anonymous ``memfd``, opened by the device
-    process through ``/proc/<host pid>/fd`` the first time a task names it."""
+    """A host buffer in memory both processes map: an anonymous ``memfd`` mapped shared. The device
+    process inherits the mapping of one made before the fork and opens a later one through
+    ``/proc/<host pid>/fd`` the first time a task names it."""
 
     __slots__ = ("fd", "map", "nbytes", "tensor")
 
@@ -81,15 +97,6 @@ class _SharedBuffer:
 
     def close(self) -> None:
         os.close(self.fd)
-
-
-class _RequestOnDevice:
-    """What a device task reads of a :class:`~tokenstate.runtime.request.Request`: its parameters."""
-
-    __slots__ = ("params", "request_id", "slot")
-
-    def __init__(self, params: Any, request_id: int, slot: int) -> None:
-        self.params, self.request_id, self.slot = params, request_id, slot
 
 
 def _tensor_key(t: torch.Tensor) -> int:
@@ -125,219 +132,34 @@ class _HostPickler(pickle.Pickler):
 def _host_dispatch(stream: ProcessStream, types: Iterable[type]) -> dict[type, Callable[[Any], Any]]:
     """The host pickler's reducers: tensors, requests, step guards and the objects given to start()."""
 
-    def tensor(obj: torch.Tensor) -> Any:
+    def reduce_tensor(obj: torch.Tensor) -> Any:
         key = _tensor_key(obj)
         view = (obj.dtype, obj.storage_offset(), tuple(obj.shape), obj.stride())
         if key in stream._shared:
-            return _shared_view, (key, *view)
+            return shared_view, (key, *view)
         owner = stream._device_tensors.get(key)
         if owner is not None:
-            return _device_view, (owner, *view)
+            return device_view, (owner, *view)
         if obj.device.type != "cpu":
             raise ConfigError(f"process stream: a task argument is a {obj.device} tensor; only CPU tensors travel.")
-        return torch.from_numpy, (obj.detach().numpy(force=True).copy(),)
+        return tensor_by_value(obj)
 
-    def request(obj: Request) -> Any:
-        return _RequestOnDevice, (obj.params, obj.request_id, obj.slot)
+    def reduce_request(obj: Request) -> Any:
+        return RequestOnDevice, (obj.params, obj.request_id, obj.slot)
 
-    def guard(obj: StepGuard) -> Any:
+    def reduce_guard(obj: StepGuard) -> Any:
         stream._guards[id(obj)] = (stream._submitted, obj)
-        return _device_guard, (id(obj),)
+        return device_guard, (id(obj),)
 
-    def device_object(obj: object) -> Any:
+    def reduce_started(obj: object) -> Any:
         if id(obj) in stream._objects:
-            return _device_object, (id(obj),)
+            return device_object, (id(obj),)
         return obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)  # another instance of the type: by value
 
     table: dict[type, Callable[[Any], Any]] = dict(copyreg.dispatch_table)
-    table.update({t: device_object for t in types})
-    table.update({torch.Tensor: tensor, Request: request, StepGuard: guard})
+    table.update({t: reduce_started for t in types})
+    table.update({torch.Tensor: reduce_tensor, Request: reduce_request, StepGuard: reduce_guard})
     return table
-
-
-class _DevicePickler(pickle.Pickler):
-    """Pickles what the device process sends back; tensors as numpy arrays."""
-
-    def __init__(self, file: io.BytesIO) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.dispatch_table = _DEVICE_DISPATCH
-
-
-def _tensor_by_value(t: torch.Tensor) -> Any:
-    return torch.from_numpy, (t.detach().numpy(force=True).copy(),)
-
-
-_DEVICE_DISPATCH: dict[type, Callable[[Any], Any]] = {**copyreg.dispatch_table, torch.Tensor: _tensor_by_value}
-
-
-_here: _Device | None = None
-"""The device process's :class:`_Device` (``None`` in the host process)."""
-
-
-def _on_device() -> _Device:
-    if _here is None:
-        raise TokenStateError("process stream: a device reference was unpickled outside the device process.")
-    return _here
-
-
-def _device_object(oid: int) -> object:
-    return _on_device().objects[oid]
-
-
-def _device_guard(gid: int) -> StepGuard:
-    guard = StepGuard()
-    _on_device().task_guards.append((gid, guard))
-    return guard
-
-
-def _device_view(
-    owner: tuple[int, str], dtype: torch.dtype, offset: int, shape: tuple[int, ...], stride: tuple[int, ...]
-) -> torch.Tensor:
-    oid, name = owner
-    return _view(getattr(_on_device().objects[oid], name), dtype, offset, shape, stride)
-
-
-def _shared_view(
-    key: int, dtype: torch.dtype, offset: int, shape: tuple[int, ...], stride: tuple[int, ...]
-) -> torch.Tensor:
-    return _view(_on_device().shared_tensor(key), dtype, offset, shape, stride)
-
-
-def _view(base: torch.Tensor, dtype: torch.dtype, offset: int, shape: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
-    if base.dtype != dtype:
-        raise TokenStateError(f"process stream: a {dtype} view of a {base.dtype} buffer cannot travel.")
-    return base.as_strided(shape, stride, offset)
-
-
-def _dumps(pickler: type[pickle.Pickler], obj: Any, *args: Any) -> bytes:
-    buf = io.BytesIO()
-    pickler(buf, *args).dump(obj)
-    return buf.getvalue()
-
-
-def _portable(exc: BaseException) -> BaseException:
-    """The exception as it can cross to the host: itself when it pickles, else a TokenStateError."""
-    try:
-        pickle.loads(_dumps(_DevicePickler, exc))
-        copy = exc
-    except Exception:
-        copy = TokenStateError(f"{type(exc).__name__}: {exc}")
-    note = "".join(traceback.format_exception(exc))
-    copy.add_note(f"raised in the device process (process stream):\n{note}")
-    return copy
-
-
-class _Device:
-    """The device process's side: runs tasks in order, answers events."""
-
-    def __init__(
-        self, commands: Connection, replies: Connection, host_pid: int, objects: dict[int, object],
-        inherited: dict[int, torch.Tensor], chaos: Chaos | None,
-    ) -> None:  # fmt: skip
-        self.commands, self.replies, self.host_pid = commands, replies, host_pid
-        self.objects = objects
-        # Shared host buffers: those made before the fork are mapped here already; a later one is
-        # announced (fd, bytes, dtype, numel) and opened on first use.
-        self._shared: dict[int, torch.Tensor] = dict(inherited)
-        self._shared_meta: dict[int, tuple[int, int, torch.dtype, int]] = {}
-        self._maps: list[mmap.mmap] = []
-        self.chaos = chaos
-        self.task_guards: list[tuple[int, StepGuard]] = []
-        self.fault: BaseException | None = None
-        self.fault_index = 0
-        self.fault_sent = True
-
-    def shared_tensor(self, key: int) -> torch.Tensor:
-        tensor = self._shared.get(key)
-        if tensor is None:
-            fd, nbytes, dtype, numel = self._shared_meta[key]
-            opened = os.open(f"/proc/{self.host_pid}/fd/{fd}", os.O_RDWR)
-            try:
-                mapped = mmap.mmap(opened, nbytes)
-            finally:
-                os.close(opened)
-            self._maps.append(mapped)
-            tensor = self._shared[key] = torch.frombuffer(mapped, dtype=dtype, count=numel)
-        return tensor
-
-    def serve(self) -> None:
-        while True:
-            try:
-                batch = self.commands.recv_bytes()
-            except EOFError:
-                return
-            view, at = memoryview(batch), 0
-            while at < len(batch):
-                size = int.from_bytes(view[at : at + 4], "little")
-                if not self._handle(bytes(view[at + 4 : at + 4 + size])):
-                    return
-                at += 4 + size
-
-    def _handle(self, message: bytes) -> bool:
-        """Act on one message; ``False`` once told to stop."""
-        kind = message[:1]
-        if kind == b"t":
-            self._run(message[1:])
-        elif kind == b"e":
-            if not self.fault_sent and self.fault is not None:
-                self.fault_sent = True
-                self.replies.send_bytes(b"f" + _dumps(_DevicePickler, (self.fault_index, self.fault)))
-            self.replies.send_bytes(b"p" + message[1:])  # passed: the event's index, as ASCII digits
-        elif kind == b"s":  # a shared buffer the host made after the fork
-            key, meta = pickle.loads(message[1:])
-            self._shared_meta[key] = meta
-        elif kind == b"r":
-            self.fault, self.fault_sent = None, True
-        elif kind == b"q":
-            return False
-        return True
-
-    def _run(self, payload: bytes) -> None:
-        if self.chaos is not None:
-            delay = self.chaos.stream_delay()
-            if delay:
-                time.sleep(delay)
-        self.task_guards = []
-        try:
-            index, checks, fn, args = pickle.loads(payload)
-        except BaseException as exc:
-            self._fail(-1, exc)
-            return
-        if self.fault is not None:
-            return  # poisoned until reset, as the other streams
-        try:
-            if checks != get_checks_mode():
-                set_checks_mode(checks)
-            fn(*args)
-        except BaseException as exc:
-            self._fail(index, exc)
-        self._send_guard_records()
-
-    def _fail(self, index: int, exc: BaseException) -> None:
-        if self.fault is None:
-            self.fault, self.fault_index, self.fault_sent = _portable(exc), index, False
-
-    def _send_guard_records(self) -> None:
-        for gid, guard in self.task_guards:
-            # The device reading its own flags is no host sync; only violations travel back.
-            bad = [(r.bad, r.ids, r.vocab_size) for r in guard._records if bool(r.bad.any())]
-            if bad:
-                self.replies.send_bytes(b"g" + _dumps(_DevicePickler, (gid, bad)))
-        self.task_guards = []
-
-
-def _serve(device: _Device) -> int:
-    """The device process's life: serve the host's tasks until it stops; the exit status."""
-    global _here
-    _here = device
-    torch.set_num_threads(1)
-    try:
-        with torch.inference_mode():
-            device.serve()
-    except BaseException:
-        traceback.print_exc()
-        return 1
-    return 0
 
 
 _live: weakref.WeakValueDictionary[int, ProcessStream] = weakref.WeakValueDictionary()
@@ -348,11 +170,6 @@ _live: weakref.WeakValueDictionary[int, ProcessStream] = weakref.WeakValueDictio
 def _stop_all() -> None:
     for stream in list(_live.values()):
         stream.close()
-
-
-def _allocate(owner: object, name: str, numel: int, dtype: torch.dtype) -> None:
-    """On the device: :meth:`ProcessStream.device_buffer`'s allocation."""
-    setattr(owner, name, torch.empty(numel, dtype=dtype))
 
 
 class _ProcessEvent:
@@ -431,7 +248,7 @@ class ProcessStream:
                 # Steps already submitted carried their views; once freed, its address may be reused.
                 self._device_tensors.pop(_tensor_key(old), None)
             self._device_tensors[_tensor_key(tensor)] = (id(owner), name)
-            self.submit(_allocate, owner, name, numel, dtype)
+            self.submit(allocate, owner, name, numel, dtype)
         return tensor
 
     def start(self, objects: Iterable[object]) -> None:
@@ -457,8 +274,8 @@ class ProcessStream:
                 for other in list(_live.values()):
                     if other is not self:
                         _close_pipes(other.__dict__)
-                code = _serve(
-                    _Device(
+                code = serve_forever(
+                    Device(
                         Connection(command_r, writable=False), Connection(reply_w, readable=False),
                         host_pid, self._objects, inherited, self.chaos,
                     )
@@ -478,7 +295,7 @@ class ProcessStream:
             if self._closed:
                 raise TokenStateError("process stream: closed, its device process is gone; start a new LLM.")
             raise ConfigError("process stream: a task was submitted before start() forked the device process.")
-        self._post(b"t" + _dumps(_HostPickler, (self._submitted, get_checks_mode(), fn, args), self))
+        self._post(b"t" + dumps(_HostPickler, (self._submitted, get_checks_mode(), fn, args), self))
         self._submitted += 1
 
     def record_event(self) -> _ProcessEvent:

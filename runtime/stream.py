@@ -2,13 +2,16 @@
 
 The runner touches device tensors only inside stream tasks. It *submits* device work (reseeding
 admitted slots, the upload copy, combine, forward, sampling, post-update, the copy back) to a
-stream, and *records* events after it; the host only waits on an event, at a fence. Three stream
-implementations share that one interface, so the mirror and the runner have one code path:
+stream, and *records* events after it; the host only waits on an event, at a fence. Four stream
+implementations share that one interface, so the mirror and the runner have one code path (the
+fourth, :class:`~tokenstate.runtime.process_stream.ProcessStream`, runs the device work in a forked
+device process; it lives in its own module):
 
 * :class:`CpuStream` — one worker thread that owns the device tensors and runs the submitted tasks
   in order. torch releases the GIL inside its ops, so while the worker runs step N's forward the
-  host thread prepares step N+1: the CPU overlaps exactly like a GPU does, and every fence the
-  async path needs is a real fence here too.
+  host thread prepares step N+1 — though the Python around every op holds the GIL, so the two
+  threads overlap only partly (the device process overlaps fully) — and every fence the async path
+  needs is a real fence here too.
 * :class:`CudaStream` — a ``torch.cuda.Stream``: submitting a task launches its kernels on the
   stream, events are ``torch.cuda.Event``.
 * :class:`InlineStream` — the CPU without a worker: a task runs in the submitting thread when it is
