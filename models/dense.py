@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -91,8 +92,8 @@ class DenseDecoderLayer(nn.Module):
     def allocate_slots(self, num_slots: int, max_model_len: int) -> None:
         self.self_attn.allocate_slots(num_slots, max_model_len)
 
-    def reset_slot(self, slot: int) -> None:
-        self.self_attn.reset_slot(slot)
+    def reset_slot(self, slot: int, written: int | None = None) -> None:
+        self.self_attn.reset_slot(slot, written)
 
 
 class DenseModel(nn.Module):
@@ -111,6 +112,7 @@ class DenseModel(nn.Module):
             self.embed_tokens.weight.device,
         )
         self.num_slots = 0
+        self._written = np.zeros(0, dtype=np.int64)  # [num_slots], see reset_slot
 
     def embed(self, inp: ForwardInput) -> Tensor:
         """``[num_tokens, hidden]``: the honoured ids (device ids when present), guarded gather."""
@@ -129,6 +131,7 @@ class DenseModel(nn.Module):
         batch = SlotBatch.from_input(
             inp, num_slots=self.num_slots, max_model_len=self.config.max_position_embeddings
         )
+        batch.note_writes(self._written)
         cos, sin = self.rotary.cos_sin(inp.positions)
         return DenseStep(inp, batch, cos, sin)
 
@@ -148,12 +151,22 @@ class DenseModel(nn.Module):
             if hasattr(layer, "allocate_slots"):
                 layer.allocate_slots(num_slots, self.config.max_position_embeddings)
         self.num_slots = num_slots
+        # Per slot, one past the last cache position any step wrote since the slot's last reset.
+        self._written = np.zeros(num_slots, dtype=np.int64)  # [num_slots]
 
     def reset_slot(self, slot: int) -> None:
+        """Free a slot for a new request: every cache cell the previous one wrote is zeroed again.
+
+        Only cells ``[0, written)`` can differ from the zeros the caches were allocated with, so
+        only those are cleared (a tiny model's full-slot zeroing cost 8 % of a 16-request prefill).
+        """
         if not 0 <= slot < self.num_slots:
             raise ConfigError(f"reset_slot: slot {slot} is outside the {self.num_slots} allocated slots.")
+        written, self._written[slot] = int(self._written[slot]), 0
         for layer in self.layers:
-            if hasattr(layer, "reset_slot"):
+            if isinstance(layer, DenseDecoderLayer):
+                layer.reset_slot(slot, written)
+            elif hasattr(layer, "reset_slot"):
                 layer.reset_slot(slot)
 
 

@@ -93,6 +93,17 @@ class SlotBatch:
     short_rows: ShortRows | None
     long_rows: tuple[LongRow, ...]
 
+    def note_writes(self, written: np.ndarray) -> None:
+        """Raise ``written`` (``[num_slots]`` int64: one past each slot's last written cache cell)
+        to cover this step's writes: a short-row run ``[slot_lo, slot_hi)`` writes below its
+        ``kv_len`` (its holes are counted too, harmlessly), a prefill chunk below its ``seq_len``."""
+        if self.short_rows is not None:
+            for run in self.short_rows.runs:
+                span = written[run.slot_lo : run.slot_hi]
+                np.maximum(span, run.kv_len, out=span)
+        for chunk in self.long_rows:
+            written[chunk.slot] = max(int(written[chunk.slot]), chunk.seq_len)
+
     @classmethod
     def from_input(
         cls,

@@ -85,3 +85,18 @@ def test_a_single_weight_above_the_size_limit_is_used_as_it_is(monkeypatch: pyte
         torch.testing.assert_close(fused(x, (a,)), a(x))
     assert fused._weight_t is None and fused._weight is not None
     assert fused._weight.data_ptr() == a.weight.data_ptr()  # no copy: F.linear on the parameter
+
+
+def test_the_gated_mlp_multiplies_in_place_only_where_nothing_records_gradients() -> None:
+    from tokenstate.models.layers import GatedMLP
+
+    torch.manual_seed(0)
+    mlp, x = GatedMLP(16, 24, bias=False, act="silu"), torch.randn(5, 16)
+    reference = mlp.down_proj(torch.nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x))  # [5, 16]
+    reference.sum().backward()  # grad mode: the product stays out of place, so autograd works
+    grads = [p.grad.clone() for p in mlp.parameters()]
+    mlp.zero_grad()
+    mlp(x).sum().backward()
+    assert all(torch.allclose(p.grad, g, atol=1e-6) for p, g in zip(mlp.parameters(), grads, strict=True))
+    with torch.inference_mode():
+        torch.testing.assert_close(mlp(x), reference.detach(), rtol=0, atol=1e-6)  # in place, same values

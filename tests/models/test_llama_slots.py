@@ -77,6 +77,28 @@ def test_reset_slot_zeroes_only_that_slot(make_input):
         assert torch.equal(cache[2], before) and cache[2].any()
 
 
+def test_reset_slot_clears_every_cell_a_prefill_chunk_a_decode_run_or_a_draft_wrote(make_input):
+    model = FACTORY.build_preset("tiny-llama")
+    model.allocate_slots(6)
+    long_prompt = list(range(10, 30))  # 20 tokens: a long (prefill) row
+    FACTORY.forward(model, make_input([(1, long_prompt[:18]), (4, [5, 6, 7])], vocab_size=VOCAB))
+    FACTORY.forward(model, make_input([(1, long_prompt[18:], 18), (4, [8], 3)], vocab_size=VOCAB))
+    # A decode run over slots 1..4 (holes 2 and 3), slot 4 with two drafts: cells up to 6 written.
+    FACTORY.forward(model, make_input([(1, [31], 20), (4, [9, 10, 11], 4, 2)], vocab_size=VOCAB))
+    FACTORY.forward(model, make_input([(0, [3, 4]), (5, long_prompt)], vocab_size=VOCAB))  # 5: one long row
+    written = model.model._written
+    assert written[1] >= 21 and written[4] >= 7 and written[0] >= 2 and written[5] >= 20
+    kept = [t[0].clone() for t in caches(model)]
+    for slot in (1, 4, 5, 2):  # 2 was a hole of the run: nothing of it to clear
+        model.reset_slot(slot)
+        assert written[slot] == 0
+    for before, cache in zip(kept, caches(model), strict=True):
+        assert not cache[1:].any(), "a reset slot still holds K/V its previous request wrote"
+        assert torch.equal(cache[0], before) and cache[0].any()
+    FACTORY.forward(model, make_input([(1, [7, 8, 9])], vocab_size=VOCAB))
+    assert written[1] >= 3  # tracking starts again for the new request
+
+
 def test_device_ids_are_embedded_when_the_host_holds_placeholders(make_input):
     model = FACTORY.build_preset("tiny-llama")
     model.allocate_slots(4)
