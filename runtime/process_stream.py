@@ -49,6 +49,7 @@ import mmap
 import os
 import pickle
 import sys
+import warnings
 import weakref
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
@@ -265,7 +266,13 @@ class ProcessStream:
         host_pid = os.getpid()
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        with warnings.catch_warnings():
+            # Python >= 3.12 warns on every fork of a process with threads: a lock another thread
+            # held at the fork stays held in the child. The device process takes none the host's
+            # threads could hold: it runs torch ops and pickle (CPython re-creates the GIL and the
+            # import lock in the child; glibc its malloc locks), never logging or their queues.
+            warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks", category=DeprecationWarning)
+            pid = os.fork()
         if pid == 0:  # the device process: serve until told to stop, never return
             code = 1
             try:
