@@ -136,7 +136,7 @@ def _host_dispatch(stream: ProcessStream, types: Iterable[type]) -> dict[type, C
     def reduce_tensor(obj: torch.Tensor) -> Any:
         key = _tensor_key(obj)
         view = (obj.dtype, obj.storage_offset(), tuple(obj.shape), obj.stride())
-        if key in stream._shared:
+        if key in stream._link.shared:
             return shared_view, (key, *view)
         owner = stream._device_tensors.get(key)
         if owner is not None:
@@ -161,6 +161,24 @@ def _host_dispatch(stream: ProcessStream, types: Iterable[type]) -> dict[type, C
     table.update({t: reduce_started for t in types})
     table.update({torch.Tensor: reduce_tensor, Request: reduce_request, StepGuard: reduce_guard})
     return table
+
+
+class _Link:
+    """The host's end of the device process: pipes, pid, shared buffers, unsent messages.
+
+    Kept apart from the stream so that the stream's finalizer can shut the device process down
+    without holding the stream (or the runner it references) alive.
+    """
+
+    __slots__ = ("closed", "commands", "outbox", "pid", "replies", "shared")
+
+    def __init__(self) -> None:
+        self.commands: Connection | None = None
+        self.replies: Connection | None = None
+        self.pid: int | None = None
+        self.closed = False
+        self.outbox: list[bytes] = []  # framed messages not yet sent (see ProcessStream._post)
+        self.shared: dict[int, _SharedBuffer] = {}  # storage address -> buffer
 
 
 _live: weakref.WeakValueDictionary[int, ProcessStream] = weakref.WeakValueDictionary()
@@ -205,22 +223,16 @@ class ProcessStream:
             )
         self.chaos = chaos
         self._submitted = 0
-        self._events = 0  # event markers sent
         self._passed = 0  # tasks the device process has reached, as of the last answered event
         self._fault: BaseException | None = None
         self._fault_index = 0
-        self._shared: dict[int, _SharedBuffer] = {}
         self._objects: dict[int, object] = {}
         self._device_tensors: dict[int, tuple[int, str]] = {}  # storage -> (object id, attribute)
         self._guards: dict[int, tuple[int, StepGuard]] = {}
-        self._outbox: list[bytes] = []  # framed messages not yet sent (see _post)
         self._dispatch = _host_dispatch(self, ())
-        self._pid: int | None = None
-        self._closed = False
-        self._commands: Connection | None = None
-        self._replies: Connection | None = None
+        self._link = _Link()
         _live[id(self)] = self
-        weakref.finalize(self, _shut_down, self.__dict__)
+        weakref.finalize(self, _shut_down, self._link)
 
     # -- set-up ----------------------------------------------------------------------------------
 
@@ -228,8 +240,8 @@ class ProcessStream:
         """A ``[numel]`` host buffer the device process reads and writes too (shared memory)."""
         shared = _SharedBuffer(numel, dtype)
         key = _tensor_key(shared.tensor)
-        self._shared[key] = shared
-        if self._commands is not None:  # made after the fork: tell the device where it is
+        self._link.shared[key] = shared
+        if self._link.commands is not None:  # made after the fork: tell the device where it is
             self._post(b"s" + pickle.dumps((key, (shared.fd, shared.nbytes, dtype, numel))))
         return shared.tensor
 
@@ -242,7 +254,7 @@ class ProcessStream:
         tensor = torch.empty(numel, dtype=dtype)
         old = getattr(owner, name, None)
         setattr(owner, name, tensor)
-        if self._pid is not None:
+        if self._link.pid is not None:
             if id(owner) not in self._objects:
                 raise ConfigError(f"process stream: {type(owner).__name__} was not given to start().")
             if isinstance(old, torch.Tensor):
@@ -254,13 +266,13 @@ class ProcessStream:
 
     def start(self, objects: Iterable[object]) -> None:
         """Fork the device process; ``objects`` (and their tensors) become the device's from here on."""
-        if self._pid is not None:
+        if self._link.pid is not None:
             raise ConfigError("process stream: start() was called twice.")
         objects = list(objects)
         self._objects = {id(o): o for o in objects}
         self._dispatch = _host_dispatch(self, {type(o) for o in objects})
-        self._device_tensors = {k: v for k, v in _device_tensors_of(objects).items() if k not in self._shared}
-        inherited = {k: b.tensor for k, b in self._shared.items()}  # mapped shared: the fork keeps them
+        self._device_tensors = {k: v for k, v in _device_tensors_of(objects).items() if k not in self._link.shared}
+        inherited = {k: b.tensor for k, b in self._link.shared.items()}  # mapped shared: the fork keeps them
         command_r, command_w = os.pipe()
         reply_r, reply_w = os.pipe()
         host_pid = os.getpid()
@@ -280,7 +292,7 @@ class ProcessStream:
                 os.close(reply_r)
                 for other in list(_live.values()):
                     if other is not self:
-                        _close_pipes(other.__dict__)
+                        _close_pipes(other._link)
                 code = serve_forever(
                     Device(
                         Connection(command_r, writable=False), Connection(reply_w, readable=False),
@@ -291,22 +303,22 @@ class ProcessStream:
                 os._exit(code)
         os.close(command_r)
         os.close(reply_w)
-        self._pid = pid
-        self._commands = Connection(command_w, readable=False)
-        self._replies = Connection(reply_r, writable=False)
+        self._link.pid = pid
+        self._link.commands = Connection(command_w, readable=False)
+        self._link.replies = Connection(reply_r, writable=False)
 
     # -- the stream interface ---------------------------------------------------------------------
 
     def submit(self, fn: Callable[..., object], *args: Any) -> None:
-        if self._commands is None:
-            if self._closed:
+        if self._link.commands is None:
+            if self._link.closed:
                 raise TokenStateError("process stream: closed, its device process is gone; start a new LLM.")
             raise ConfigError("process stream: a task was submitted before start() forked the device process.")
         self._post(b"t" + dumps(_HostPickler, (self._submitted, get_checks_mode(), fn, args), self))
         self._submitted += 1
 
     def record_event(self) -> _ProcessEvent:
-        if self._commands is None:
+        if self._link.commands is None:
             return _ProcessEvent(self, 0)  # nothing was submitted: passed
         self._post(b"e%d" % self._submitted)
         return _ProcessEvent(self, self._submitted)
@@ -315,7 +327,7 @@ class ProcessStream:
         self.record_event().synchronize()
 
     def reset(self) -> None:
-        if self._commands is not None:
+        if self._link.commands is not None:
             self._post(b"r")
             self.record_event().wait()
         self._fault = None
@@ -323,7 +335,7 @@ class ProcessStream:
     def close(self) -> None:
         """Stop the device process (idempotent); the stream cannot run tasks afterwards."""
         _live.pop(id(self), None)
-        _shut_down(self.__dict__)
+        _shut_down(self._link)
 
     # -- the host's side of the pipe --------------------------------------------------------------
 
@@ -331,19 +343,19 @@ class ProcessStream:
         """Queue a message; :meth:`_flush` sends the queue as one write. The host flushes whenever
         it is about to wait or look, so a step's copies, device step and events reach the device
         process together — one pipe write and at most one wake-up a step, not one per task."""
-        self._outbox.append(len(message).to_bytes(4, "little") + message)
+        self._link.outbox.append(len(message).to_bytes(4, "little") + message)
 
     def _flush(self) -> None:
-        if not self._outbox:
+        if not self._link.outbox:
             return
-        batch, self._outbox = b"".join(self._outbox), []
+        batch, self._link.outbox = b"".join(self._link.outbox), []
         self._send(batch)
 
     def _send(self, message: bytes) -> None:
-        if self._commands is None:
+        if self._link.commands is None:
             raise TokenStateError("process stream: closed, its device process is gone; start a new LLM.")
         try:
-            self._commands.send_bytes(message)
+            self._link.commands.send_bytes(message)
         except OSError as exc:
             raise TokenStateError(
                 "process stream: the device process is gone (it crashed or was killed); its "
@@ -353,15 +365,15 @@ class ProcessStream:
     def _drain(self) -> None:
         """Handle every reply already there (never blocks)."""
         self._flush()
-        while self._replies is not None and self._replies.poll():
-            self._handle(self._replies)
+        while self._link.replies is not None and self._link.replies.poll():
+            self._handle(self._link.replies)
 
     def _wait(self, index: int) -> None:
         self._flush()
         while self._passed < index:
-            if self._replies is None:
+            if self._link.replies is None:
                 raise TokenStateError("process stream: closed; start a new LLM.")
-            self._handle(self._replies)
+            self._handle(self._link.replies)
 
     def _handle(self, replies: Connection) -> None:
         try:
@@ -393,32 +405,30 @@ class ProcessStream:
             raise self._fault
 
 
-def _shut_down(state: dict[str, Any]) -> None:
+def _shut_down(link: _Link) -> None:
     """Tell the device process to stop, wait for it, close the pipes and shared buffers."""
-    state["_closed"] = True
-    commands, pid = state.get("_commands"), state.get("_pid")
-    if commands is not None:
+    link.closed = True
+    if link.commands is not None:
         quit_message = b"q"
         try:
-            commands.send_bytes(b"".join([*state.get("_outbox", []), len(quit_message).to_bytes(4, "little"), quit_message]))
+            link.commands.send_bytes(b"".join([*link.outbox, len(quit_message).to_bytes(4, "little"), quit_message]))
         except OSError:
             pass
-        state["_outbox"] = []
-    _close_pipes(state)
-    if pid is not None:
-        state["_pid"] = None
+        link.outbox = []
+    _close_pipes(link)
+    if link.pid is not None:
+        pid, link.pid = link.pid, None
         try:
             os.waitpid(pid, 0)
         except ChildProcessError:
             pass
 
 
-def _close_pipes(state: dict[str, Any]) -> None:
-    for name in ("_commands", "_replies"):
-        conn = state.get(name)
+def _close_pipes(link: _Link) -> None:
+    for conn in (link.commands, link.replies):
         if conn is not None:
             conn.close()
-            state[name] = None
-    for buffer in state.get("_shared", {}).values():
+    link.commands = link.replies = None
+    for buffer in link.shared.values():
         buffer.close()
-    state["_shared"] = {}
+    link.shared = {}

@@ -123,7 +123,7 @@ def test_buffers_made_after_the_fork_reach_the_device(started) -> None:
 def test_close_stops_the_device_process_and_a_closed_stream_says_so() -> None:
     stream = ProcessStream()
     stream.start([])
-    pid = stream._pid
+    pid = stream._link.pid
     stream.close()
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, 0)  # already reaped
@@ -181,3 +181,15 @@ def test_a_placeholder_embedded_in_the_device_process_is_reported_with_its_rows(
     llm = LLM(toy_factory(embed="raw", honors=True), max_num_batched_tokens=64, cpu_stream="process")
     with pytest.raises(EmbeddedBadIdsError, match=r"ids outside \[0, vocab=128\).*rows \[0, 1, 2"):
         llm.generate(PROMPTS, SamplingParams(max_tokens=6, ignore_eos=True))
+
+
+def test_dropping_the_engine_stops_its_device_process() -> None:
+    import gc
+
+    llm = LLM("tiny-llama", max_num_seqs=2, cpu_stream="process")
+    llm.generate(PROMPTS[:2], SamplingParams(max_tokens=3, ignore_eos=True))
+    pid = llm._engine.runner.stream._link.pid
+    del llm
+    gc.collect()  # the runner and its stream reference each other: the cycle collector frees them
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # already reaped by the stream's finalizer
