@@ -14,6 +14,7 @@ import io
 import mmap
 import os
 import pickle
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -217,6 +218,9 @@ def serve_forever(device: Device) -> int:
     """The device process's life: serve the host's tasks until it stops; the exit status."""
     global _here
     _here = device
+    # Ctrl-C interrupts the host, which then stops this process (or its pipe closes): a device
+    # interrupted mid-task would only leave the host a half-run step.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
     try:
         with torch.inference_mode():
