@@ -330,7 +330,7 @@ class ProcessStream:
         if self._link.commands is not None:
             self._post(b"r")
             self.record_event().wait()
-        self._fault = None
+        self._fault = None  # a device process that died stays closed: the next task says so
 
     def close(self) -> None:
         """Stop the device process (idempotent); the stream cannot run tasks afterwards."""
@@ -357,6 +357,7 @@ class ProcessStream:
         try:
             self._link.commands.send_bytes(message)
         except OSError as exc:
+            _shut_down(self._link)  # reaps it; later calls see a closed stream, not a second error
             raise TokenStateError(
                 "process stream: the device process is gone (it crashed or was killed); its "
                 "output went to stderr. Start a new LLM."
@@ -379,6 +380,7 @@ class ProcessStream:
         try:
             message = replies.recv_bytes()
         except EOFError as exc:
+            _shut_down(self._link)
             raise TokenStateError(
                 "process stream: the device process exited (it crashed or was killed); its output "
                 "went to stderr. Start a new LLM."

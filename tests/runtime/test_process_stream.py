@@ -193,3 +193,17 @@ def test_dropping_the_engine_stops_its_device_process() -> None:
     gc.collect()  # the runner and its stream reference each other: the cycle collector frees them
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # already reaped by the stream's finalizer
+
+
+def test_a_killed_device_process_is_reported_once_and_the_engine_says_it_is_closed() -> None:
+    import signal
+
+    llm = LLM("tiny-llama", max_num_seqs=2, cpu_stream="process")
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+    llm.generate(PROMPTS[:2], params)
+    os.kill(llm._engine.runner.stream._link.pid, signal.SIGKILL)
+    with pytest.raises(TokenStateError, match=r"the device process (is gone|exited)") as raised:
+        llm.generate(PROMPTS[:2], params)
+    assert raised.value.__context__ is None or not isinstance(raised.value.__context__, TokenStateError)
+    with pytest.raises(TokenStateError, match="process stream: closed"):
+        llm.generate(PROMPTS[:2], params)
