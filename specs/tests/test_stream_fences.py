@@ -93,3 +93,12 @@ def test_recorded_inline_async_costs_at_most_two_percent() -> None:
     rows = [r for r in recorded_rows("async_vs_sync") if "inline stream" in r["measure"]]
     assert rows, "the recorded run has no async/sync row for the inline stream"
     assert all(r["tokens_match"] and r["ratio_min_median_max"][1] <= 1.02 for r in rows), rows
+
+
+@pytest.mark.owed("STR-7")
+def test_recorded_device_process_run_beats_sync_by_a_fifth_on_tiny_llama() -> None:
+    rows = [
+        r for r in recorded_rows("async_vs_sync") if "tiny-llama" in r["measure"] and "device process" in r["measure"]
+    ]
+    assert rows, "the recorded run has no async (device process) / sync row for tiny-llama"
+    assert all(r["tokens_match"] and r["ratio_min_median_max"][1] >= 1.2 for r in rows), rows
