@@ -31,9 +31,12 @@ def expected() -> list[tuple[int, ...]]:
     return reference()
 
 
-def assert_matches_under_chaos(expected: list[tuple[int, ...]]) -> None:
-    problems = [p for p in (diverges(seed, expected) for seed in SEEDS) if p is not None]
+def assert_matches_under_chaos(expected: list[tuple[int, ...]], cpu_stream: str = "thread") -> None:
+    problems = [p for p in (diverges(seed, expected, cpu_stream) for seed in SEEDS) if p is not None]
     assert not problems, problems
+
+
+_ON_LINUX = pytest.mark.skipif(not process_stream_available(), reason="the device process needs Linux")
 
 
 @pytest.mark.paid("STR-1", before=staging_reused_in_flight)
@@ -51,40 +54,37 @@ def test_slot_reseed_is_ordered_behind_the_in_flight_step(expected):
     assert_matches_under_chaos(expected)
 
 
-def test_each_dropped_fence_is_caught_in_19_of_20_chaos_runs_and_none_diverges_without(expected):
-    seeds = range(100, 120)
-    clean = [p for p in (diverges(seed, expected) for seed in seeds) if p is not None]
+@pytest.mark.parametrize(
+    ("cpu_stream", "first_seed"), [("thread", 100), pytest.param("process", 200, marks=_ON_LINUX)]
+)
+def test_each_dropped_fence_is_caught_in_19_of_20_chaos_runs_and_none_diverges_without(
+    expected, cpu_stream: str, first_seed: int
+):
+    seeds = range(first_seed, first_seed + 20)
+    clean = [p for p in (diverges(seed, expected, cpu_stream) for seed in seeds) if p is not None]
     assert clean == []
     for mutant in MUTANTS:
         with mutant.applied():
-            caught = sum(diverges(seed, expected) is not None for seed in seeds)
-        assert caught >= 19, f"{mutant.name}: caught in only {caught} of 20 chaos runs"
+            caught = sum(diverges(seed, expected, cpu_stream) is not None for seed in seeds)
+        assert caught >= 19, f"{mutant.name}: caught in only {caught} of 20 chaos runs on the {cpu_stream} stream"
 
 
 @pytest.mark.paid("STR-6", before=host_buffers_private)
-@pytest.mark.skipif(not process_stream_available(), reason="the device process needs Linux")
+@_ON_LINUX
 def test_the_device_process_gives_the_synchronous_tokens_under_chaos(expected):
-    problems = [p for p in (diverges(seed, expected, "process") for seed in SEEDS) if p is not None]
-    assert not problems, problems
+    assert_matches_under_chaos(expected, "process")
 
 
-@pytest.mark.skipif(not process_stream_available(), reason="the device process needs Linux")
-def test_each_dropped_fence_is_caught_across_processes_in_19_of_20_chaos_runs(expected):
-    seeds = range(200, 220)
-    clean = [p for p in (diverges(seed, expected, "process") for seed in seeds) if p is not None]
-    assert clean == []
-    for mutant in MUTANTS:
-        with mutant.applied():
-            caught = sum(diverges(seed, expected, "process") is not None for seed in seeds)
-        assert caught >= 19, f"{mutant.name}: caught in only {caught} of 20 chaos runs on the device process"
+def _device_process_rows(model: str) -> list[dict]:
+    """The recorded async (device process) / sync (inline) throughput rows of ``model``."""
+    rows = [r for r in recorded_rows("async_vs_sync") if model in r["measure"] and "device process" in r["measure"]]
+    assert rows, f"the recorded run has no async (device process) / sync row for {model}"
+    return rows
 
 
 @pytest.mark.owed("STR-4")
 def test_recorded_async_run_beats_sync_by_a_fifth() -> None:
-    rows = [
-        r for r in recorded_rows("async_vs_sync") if "hidden 512" in r["measure"] and "device process" in r["measure"]
-    ]
-    assert rows, "the recorded run has no async (device process) / sync row for the forward-dominated model"
+    rows = _device_process_rows("hidden 512")
     assert all(r["tokens_match"] and r["ratio_min_median_max"][1] >= 1.2 for r in rows), rows
 
 
@@ -97,8 +97,5 @@ def test_recorded_inline_async_costs_at_most_two_percent() -> None:
 
 @pytest.mark.owed("STR-7")
 def test_recorded_device_process_run_beats_sync_by_a_fifth_on_tiny_llama() -> None:
-    rows = [
-        r for r in recorded_rows("async_vs_sync") if "tiny-llama" in r["measure"] and "device process" in r["measure"]
-    ]
-    assert rows, "the recorded run has no async (device process) / sync row for tiny-llama"
+    rows = _device_process_rows("tiny-llama")
     assert all(r["tokens_match"] and r["ratio_min_median_max"][1] >= 1.2 for r in rows), rows
