@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokenstate.contracts import ConfigError
+from tokenstate.models.cpu_memory import huge_page_zeros
 from tokenstate.models.fused_linear import FusedProjection
 from tokenstate.models.slot_batch import ShortRows, SlotBatch
 
@@ -122,7 +123,11 @@ def allocate_kv_cache(num_slots: int, num_heads: int, max_model_len: int, head_d
     (``[slots, len, heads, d]``) a head's keys sit ``heads * d`` floats apart and every head re-reads
     the slots' whole cache lines; once a run's cache outgrows L2 that read cost 2.7-4.6x more per
     decode call on this CPU (16-64 rows of 300-640 keys; see *Design notes -> CPU serving speed*).
+    On a CPU the cache is advised onto transparent huge pages (:func:`huge_page_zeros`), since
+    attention streams it every step.
     """
+    if like.device.type == "cpu":
+        return huge_page_zeros(num_slots, num_heads, max_model_len, head_dim, dtype=like.dtype)
     return torch.zeros(num_slots, num_heads, max_model_len, head_dim, dtype=like.dtype, device=like.device)
 
 
