@@ -6,7 +6,9 @@
 the generated token ids of the last repetition and the child's peak RSS. One intra-op thread,
 greedy, EOS ignored, a short warm-up first (:data:`WARMUP_REQUESTS`). Engines:
 
-* ``ours``: ``tokenstate.runtime.LLM(path, async_scheduling=True)`` (``ours-sync``: ``False``);
+* ``ours``: ``tokenstate.runtime.LLM(path, async_scheduling=True, compile=True)`` (the decoder
+  stack compiled, as vLLM compiles its model; the compilation happens in the warm-up);
+  ``ours-eager``: the same without ``compile``; ``ours-sync``: eager, ``async_scheduling=False``;
 * ``hf``: ``transformers`` ``generate`` over all prompts as one left-padded batch (HF's own
   batching) for ``max(max_tokens)`` new tokens, each request's output cut to its own length; only
   the requested tokens count. ``hf-serial``: one ``generate`` call per prompt;
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 RESULT_TAG = "ENGINE_RESULT "
-ENGINES = ("ours", "ours-sync", "hf", "hf-serial", "vllm")
+ENGINES = ("ours", "ours-eager", "ours-sync", "hf", "hf-serial", "vllm")
 
 
 def _peak_rss_mb() -> float:
@@ -60,12 +62,12 @@ def _timed(make_run: Any, spec: dict[str, Any]) -> dict[str, Any]:
     return {"tokens_per_s": samples, "tokens": tokens}
 
 
-def _ours(spec: dict[str, Any], async_scheduling: bool) -> dict[str, Any]:
+def _ours(spec: dict[str, Any], async_scheduling: bool, compile_layers: bool) -> dict[str, Any]:
     from tokenstate.runtime import LLM, SamplingParams
 
     llm = LLM(
         spec["path"], async_scheduling=async_scheduling, max_num_seqs=spec["max_num_seqs"],
-        max_num_batched_tokens=spec["max_num_batched_tokens"],
+        max_num_batched_tokens=spec["max_num_batched_tokens"], compile=compile_layers,
     )  # fmt: skip
 
     def make_run(work: dict[str, Any]) -> Any:
@@ -153,8 +155,8 @@ def child_main(engine: str, spec_file: str) -> None:
         import torch
 
         torch.set_num_threads(1)
-    if engine in ("ours", "ours-sync"):
-        result = _ours(spec, engine == "ours")
+    if engine in ("ours", "ours-eager", "ours-sync"):
+        result = _ours(spec, async_scheduling=engine != "ours-sync", compile_layers=engine == "ours")
     elif engine in ("hf", "hf-serial"):
         result = _hf(spec, engine == "hf-serial")
     else:

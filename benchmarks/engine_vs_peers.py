@@ -12,7 +12,9 @@ Two workloads, greedy, EOS ignored, prompt ids drawn with a fixed seed:
 * ``A``: 16 requests, prompts of 8..120 tokens, 64 new tokens each;
 * ``B``: 64 requests, prompts of 8..400 tokens, 16..256 new tokens each.
 
-Every engine sees every request at once (``max_num_seqs`` = the number of requests, a 2048-token
+Ours runs with ``compile=True`` (its decoder stack one inductor graph, compiled in the warm-up, as
+vLLM compiles its model at start-up); ``ours eager`` (``compile=False``, the default) is reported
+beside it. Every engine sees every request at once (``max_num_seqs`` = the number of requests, a 2048-token
 step budget for both serving engines), one intra-op thread. Engines run in fresh child processes
 (:mod:`_engines`) and the rounds interleave them (the order rotates every round), so a drift of the
 shared machine hits all of them; each round warms up, then times ``reps`` runs (3 rounds of 2; on
@@ -107,7 +109,7 @@ def _cell(model: str, load: str, path: Path, vllm_python: str | None, quick: boo
     }  # fmt: skip
     slow = model == "big" and load == "B"  # ~5 minutes per HF run: HF in the first round only
     rounds, reps = (1, 1) if quick else (2, 1) if slow else (3, 2)
-    engines = ["ours", "hf"] + (["vllm"] if vllm_python else [])
+    engines = ["ours", "ours-eager", "hf"] + (["vllm"] if vllm_python else [])
     runs: dict[str, list[dict[str, Any]]] = {e: [] for e in engines}
     for r in range(rounds):
         for engine in engines[r % len(engines) :] + engines[: r % len(engines)]:
@@ -125,6 +127,7 @@ def _cell(model: str, load: str, path: Path, vllm_python: str | None, quick: boo
         "requests": len(prompts),
         "generated_tokens": sum(max_tokens),
         "gemm_path_per_shape": runs["ours"][-1].get("gemm", {}),  # measured at load (cpu_gemm)
+        "tokens_equal_compiled_to_eager": "{}/{}".format(*agreement(ours_tokens, runs["ours-eager"][-1]["tokens"])),
     }
     same_hf, total = agreement(ours_tokens, runs["hf"][-1]["tokens"])
     rows = []
@@ -137,6 +140,13 @@ def _cell(model: str, load: str, path: Path, vllm_python: str | None, quick: boo
             unit="tokens/s", target=f">= {VLLM_TARGET:g}", ok=med["ours"] / med["vllm"] >= VLLM_TARGET,
             ratio_per_round_min_med_max=_spread(per_round), tokens_equal_to_vllm=f"{same_v}/{total_v}",
             tokens_equal_to_hf=f"{same_hf}/{total}", **common,
+        ))  # fmt: skip
+        eager_rounds = [statistics.median(o["tokens_per_s"]) / statistics.median(v["tokens_per_s"])
+                        for o, v in zip(runs["ours-eager"], runs["vllm"], strict=True)]  # fmt: skip
+        rows.append(row(
+            f"tokens/s, ours eager (compile=False) / vLLM-CPU, {model} model, workload {load}",
+            med["ours-eager"], med["vllm"], unit="tokens/s", target="report", ok=True,
+            ratio_per_round_min_med_max=_spread(eager_rounds), **common,
         ))  # fmt: skip
     hf_runs = runs["hf"] + [runs["hf"][-1]] * (len(runs["ours"]) - len(runs["hf"]))  # slow cell: one HF run
     per_round = [statistics.median(o["tokens_per_s"]) / statistics.median(h["tokens_per_s"])

@@ -10,7 +10,7 @@ every one of them inherits the honoured route instead of restating it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from tokenstate.contracts import BatchLayout, ConfigError, ForwardInput, IndexPlan
+from tokenstate.models.compiled import attention_step, compile_available
 from tokenstate.models.fused_linear import FusedProjection
 from tokenstate.models.layers import GatedMLP, RMSNorm, RotaryEmbedding, SlotAttention
 from tokenstate.models.slot_batch import SlotBatch
@@ -89,6 +90,15 @@ class DenseDecoderLayer(nn.Module):
         hidden = hidden + self.self_attn(self.input_layernorm(hidden), step.cos, step.sin, step.batch)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
+    def make_opaque(self) -> None:
+        """Make the layer compile: attention opaque, projections traced or opaque."""
+        self.self_attn.make_opaque()
+        self.mlp.make_opaque()
+
+    def projections(self) -> list[tuple[FusedProjection, tuple[nn.Linear, ...]]]:
+        """Each fused projection of the layer with the linears it computes."""
+        return [*self.self_attn.projections(), *self.mlp.projections()]
+
     def allocate_slots(self, num_slots: int, max_model_len: int) -> None:
         self.self_attn.allocate_slots(num_slots, max_model_len)
 
@@ -113,6 +123,8 @@ class DenseModel(nn.Module):
         )
         self.num_slots = 0
         self._written = np.zeros(0, dtype=np.int64)  # [num_slots], see reset_slot
+        self._compiled_layers: Callable[[Tensor, DenseStep], Tensor] | None = None  # see compile_layers
+        self._projections: list[tuple[FusedProjection, tuple[nn.Linear, ...]]] = []  # compiled: re-checked per step
 
     def embed(self, inp: ForwardInput) -> Tensor:
         """``[num_tokens, hidden]``: the honoured ids (device ids when present), guarded gather."""
@@ -139,10 +151,53 @@ class DenseModel(nn.Module):
         """``[num_logits, hidden]``: final-normed hidden states at ``inp.logits_indices``."""
         hidden = self.embed(inp)  # [num_tokens, hidden]
         step = self.prepare_step(inp)
-        for layer in self.layers:
-            hidden = layer(hidden, step)
+        if self._compiled_layers is None or hidden.shape[0] < 2:
+            # One token runs eagerly: the graph is compiled for any count from 2 on (PyTorch
+            # specialises sizes 0 and 1, so a one-token step would cost a second compilation).
+            hidden = self.run_layers(hidden, step)
+        else:
+            for projection, linears in self._projections:
+                projection.prepare(linears)  # the graph reads these copies: make each current first
+            compiled_step = DenseStep(None, None, step.cos, step.sin)  # type: ignore[arg-type]
+            for t in (hidden, step.cos, step.sin):
+                torch._dynamo.mark_dynamic(t, 0)  # the token count; every other size stays static
+            # The graph sees only the rotary angles; the opaque attention reads the step's slot
+            # batch from the step context, so a new run structure is not a recompilation.
+            with attention_step(step.batch):
+                hidden = self._compiled_layers(hidden, compiled_step)
         # The norm is per token, so only the tokens whose logits are read need it.
         return self.norm(hidden[inp.logits_indices])
+
+    def run_layers(self, hidden: Tensor, step: DenseStep) -> Tensor:
+        """``[num_tokens, hidden]`` through every decoder layer (what :meth:`compile_layers` compiles)."""
+        for layer in self.layers:
+            hidden = layer(hidden, step)
+        return hidden
+
+    def compile_layers(self) -> None:
+        """Run the decoder layers as one ``torch.compile`` graph from the next forward on.
+
+        Norms, rotary, SiLU·up and residual adds fuse into inductor's loops; every projection and
+        the slot attention stay our own code, each an opaque op (:mod:`tokenstate.models.compiled`),
+        so weight updates and each step's slot runs need no recompilation. The token count is the
+        one dynamic size: the first forward of two or more tokens compiles (seconds), and no later
+        one does; a one-token step runs eagerly. Only :class:`DenseDecoderLayer` stacks compile; a
+        copy or pickle of the model runs eagerly.
+        """
+        others = sorted({type(layer).__name__ for layer in self.layers if not isinstance(layer, DenseDecoderLayer)})
+        if others:
+            raise ConfigError(f"compile: only dense decoder layers compile, this model has {', '.join(others)}.")
+        compile_available()
+        for layer in self.layers:
+            layer.make_opaque()
+        self._projections = [p for layer in self.layers for p in layer.projections()]
+        self._compiled_layers = torch.compile(self.run_layers)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_compiled_layers"] = None  # a copy runs eagerly: the compiled graph calls the original
+        state["_projections"] = []
+        return state
 
     def allocate_slots(self, num_slots: int) -> None:
         if not isinstance(num_slots, int) or isinstance(num_slots, bool) or num_slots < 1:
@@ -186,6 +241,10 @@ class DenseForCausalLM(nn.Module):
 
     def prepack_linears(self) -> None:
         self._head.prepare((self.lm_head,))
+
+    def compile_layers(self) -> None:
+        """Compile the decoder stack (:meth:`DenseModel.compile_layers`); the LM head stays eager."""
+        self.model.compile_layers()
 
     def tie_weights(self) -> None:
         if self.model.config.tie_word_embeddings:

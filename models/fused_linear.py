@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tokenstate.models.compiled import opaque_call, register_opaque
 from tokenstate.models.cpu_gemm import CALIBRATION_ROWS, calibrating, choose_gemm
 
 __all__ = [
@@ -122,7 +123,7 @@ class FusedProjection:
     storage to copy, and the copy's weights are new tensors anyway.
     """
 
-    __slots__ = ("_bias", "_packed", "_seen", "_weight", "_weight_t")
+    __slots__ = ("__weakref__", "_bias", "_op", "_packed", "_seen", "_weight", "_weight_t")
 
     def __init__(self) -> None:
         self._seen: list[tuple[_Watch, _Watch | None]] = []  # per linear: weight, bias
@@ -134,6 +135,9 @@ class FusedProjection:
         # oneDNN blocked copy of the fused weight (opaque layout), or None; when set, _weight is
         # None for a fused group (the packed copy, and maybe the transposed one, are the duplicates).
         self._packed: Tensor | None = None
+        # Inside a compiled graph: (call id, output features) of the opaque op that calls this
+        # projection (see make_opaque); None runs it in place even there.
+        self._op: tuple[int, int] | None = None
 
     def __deepcopy__(self, memo: dict) -> FusedProjection:
         return FusedProjection()
@@ -148,6 +152,13 @@ class FusedProjection:
 
     def __call__(self, x: Tensor, linears: Sequence[nn.Linear]) -> Tensor:
         """``x`` ``[..., in]`` through every linear: ``[..., sum(out_i)]``, outputs side by side."""
+        if self._op is not None and torch.compiler.is_compiling():
+            weight_t = self._weight_t
+            if self._packed is None and weight_t is not None and x.dim() == 2:
+                # Traced into the graph, reading the current transposed copy: the owner re-checks
+                # every weight before each compiled call (make_opaque), so no copy is stale.
+                return torch.mm(x, weight_t) if self._bias is None else torch.addmm(self._bias, x, weight_t)
+            return opaque_call(self._op[0], (x,), (self._op[1],))  # packed or unwatched: run as ours
         if torch.is_grad_enabled() and any(lin.weight.requires_grad for lin in linears):
             return _separate(x, linears)
         if not self._is_current(linears) and not self._rebuild(linears):
@@ -161,6 +172,18 @@ class FusedProjection:
             out = torch.matmul(x, weight_t)  # [..., sum(out)]
             return out if self._bias is None else out + self._bias
         return F.linear(x, self._weight, self._bias)
+
+    def make_opaque(self, linears: Sequence[nn.Linear]) -> None:
+        """Make this projection compile: inside a ``torch.compile`` graph, ``x`` ``[tokens, in]``
+        runs ``torch.mm`` on the transposed copy (traced, so inductor fuses around it) or, for a
+        packed or unwatched group, one opaque op that calls :meth:`__call__` eagerly.
+
+        The caller must call :meth:`prepare` before every compiled call, so a weight written after
+        compilation is picked up: the graph reads the copy the check just made current
+        (:meth:`tokenstate.models.dense.DenseModel.compile_layers` does).
+        """
+        out_features = sum(lin.out_features for lin in linears)
+        self._op = (register_opaque("projection", _call_projection, self, *linears), out_features)
 
     def prepare(self, linears: Sequence[nn.Linear]) -> None:
         """Build (and pack) the cache now, e.g. at load time, instead of on the first call."""
@@ -233,3 +256,8 @@ def prepack(model: nn.Module) -> nn.Module:
             if callable(hook):
                 hook()
     return model
+
+
+def _call_projection(objects: tuple, inputs: list[Tensor]) -> Tensor:
+    projection, *linears = objects
+    return projection(inputs[0], linears)

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokenstate.contracts import ConfigError
+from tokenstate.models.compiled import current_attention_batch, opaque_call, register_opaque
 from tokenstate.models.cpu_memory import huge_page_zeros
 from tokenstate.models.fused_linear import FusedProjection
 from tokenstate.models.slot_batch import ShortRows, SlotBatch
@@ -110,9 +111,18 @@ class GatedMLP(nn.Module):
         hidden = hidden * up if torch.is_grad_enabled() else hidden.mul_(up)
         return self._down(hidden, (self.down_proj,))
 
+    def projections(self) -> list[tuple[FusedProjection, tuple[nn.Linear, ...]]]:
+        """Each fused projection with the linears it computes."""
+        return [(self._gate_up, (self.gate_proj, self.up_proj)), (self._down, (self.down_proj,))]
+
     def prepack_linears(self) -> None:
-        self._gate_up.prepare((self.gate_proj, self.up_proj))
-        self._down.prepare((self.down_proj,))
+        for projection, linears in self.projections():
+            projection.prepare(linears)
+
+    def make_opaque(self) -> None:
+        """Make the projections compile (:meth:`FusedProjection.make_opaque`)."""
+        for projection, linears in self.projections():
+            projection.make_opaque(linears)
 
 
 def allocate_kv_cache(num_slots: int, num_heads: int, max_model_len: int, head_dim: int, *, like: Tensor) -> Tensor:
@@ -265,10 +275,31 @@ class SlotAttention(nn.Module):
         self.v_cache: Tensor | None = None  # [num_slots, num_kv_heads, max_model_len, head_dim]
         self._qkv = FusedProjection()  # q, k and v in one matmul (weights stay HF-named)
         self._o = FusedProjection()  # o_proj, pre-packed where that pays
+        # Inside a compiled graph: the call id of the opaque op that attends (see make_opaque).
+        self._op: int | None = None
+
+    def projections(self) -> list[tuple[FusedProjection, tuple[nn.Linear, ...]]]:
+        """Each fused projection with the linears it computes."""
+        return [(self._qkv, (self.q_proj, self.k_proj, self.v_proj)), (self._o, (self.o_proj,))]
 
     def prepack_linears(self) -> None:
-        self._qkv.prepare((self.q_proj, self.k_proj, self.v_proj))
-        self._o.prepare((self.o_proj,))
+        for projection, linears in self.projections():
+            projection.prepare(linears)
+
+    def make_opaque(self) -> None:
+        """Make the projections compile, and the slot attention run as one opaque op in a graph.
+
+        The attention op reads the step's ``SlotBatch`` from the step context the model sets
+        around its compiled call (:func:`~tokenstate.models.compiled.attention_step`).
+        """
+        for projection, linears in self.projections():
+            projection.make_opaque(linears)
+        self._op = register_opaque("slot attention", _attend_in_step, self)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_op"] = None  # a copy runs eagerly: the registered op calls the original
+        return state
 
     def allocate_slots(self, num_slots: int, max_model_len: int) -> None:
         w = self.k_proj.weight
@@ -281,9 +312,13 @@ class SlotAttention(nn.Module):
             self.k_cache[slot, :, :written].zero_()
             self.v_cache[slot, :, :written].zero_()
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, batch: SlotBatch) -> Tensor:
+    def caches(self) -> tuple[Tensor, Tensor]:
+        """The ``(k_cache, v_cache)`` of :meth:`allocate_slots`; :class:`ConfigError` before it."""
         if self.k_cache is None or self.v_cache is None:
             raise ConfigError("attention has no KV cache: call model.allocate_slots(num_slots) first.")
+        return self.k_cache, self.v_cache
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, batch: SlotBatch) -> Tensor:
         n = x.shape[0]
         heads, kv_heads = self.num_heads, self.num_kv_heads
         qkv = self._qkv(x, (self.q_proj, self.k_proj, self.v_proj)).view(
@@ -292,5 +327,17 @@ class SlotAttention(nn.Module):
         # One rotation for queries and keys together (adjacent in qkv): half the small ops of a step.
         q, k = RotaryEmbedding.rotate(qkv[:, : heads + kv_heads], cos, sin).split((heads, kv_heads), dim=1)
         v = qkv[:, heads + kv_heads :]  # [num_tokens, kv_heads, head_dim]
-        out = slot_attention(q, k, v, self.k_cache, self.v_cache, batch, self.scale)
+        if self._op is not None and torch.compiler.is_compiling():
+            # The caches stay out of the graph (traced, their slot count would become a guard).
+            out = opaque_call(self._op, (q, k, v), (heads, v.shape[2]))  # [num_tokens, heads, head_dim]
+        else:
+            out = slot_attention(q, k, v, *self.caches(), batch, self.scale)
         return self._o(out.reshape(n, self.num_heads * self.head_dim), (self.o_proj,))
+
+
+def _attend_in_step(objects: tuple, inputs: list[Tensor]) -> Tensor:
+    """The opaque attention op's body: ``slot_attention`` over the step context's ``SlotBatch``."""
+    (attention,) = objects
+    q, k, v = inputs
+    out = slot_attention(q, k, v, *attention.caches(), current_attention_batch(), attention.scale)
+    return out.contiguous()  # the graph was compiled for the contiguous [num_tokens, heads, dv] it declares

