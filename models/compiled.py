@@ -3,15 +3,18 @@
 ``LLM(compile=True)`` (or ``model.compile_layers()``) runs a dense model's layer loop through
 ``torch.compile``: inductor fuses each layer's norms, rotary rotation, SiLU·up and residual adds
 into a few loops, where eager PyTorch pays a dispatch per small op (on the tiny peer model that is
-most of a decode step outside the GEMMs and attention). What stays outside the graph, as one
-opaque custom op each (``tokenstate::opaque_call``), is what must keep running our own code:
+most of a decode step outside the GEMMs and attention). Two things must keep running our own code:
 
-* every projection: :class:`~tokenstate.models.fused_linear.FusedProjection` checks its weights
-  on every call and rebuilds a stale packed copy, so an in-place weight update is still seen (a
-  GEMM traced into the graph would freeze the copy it was traced with);
+* the projections' weights: a GEMM traced with its weight as a constant would keep the copy it
+  was traced with after an in-place update. A :class:`~tokenstate.models.fused_linear.FusedProjection`
+  on the ``torch.mm`` path is traced reading its transposed copy as a graph input, and the model
+  re-checks every projection (``prepare``) before each compiled call; a packed (oneDNN) or unwatched
+  one runs as one opaque custom op (``tokenstate::opaque_call``, about 40 µs of dispatch a call)
+  that calls the projection eagerly;
 * slot attention, whose runs of slots are Python metadata of the step (``SlotBatch``): traced, every
-  new run structure would be a recompilation. The op reads the step's ``SlotBatch`` from a
-  thread-local step context (:func:`attention_step`) set around the compiled call.
+  new run structure would be a recompilation. It is one opaque op, reading the step's
+  ``SlotBatch`` from a thread-local step context (:func:`attention_step`) set around the compiled
+  call.
 
 Registration (:func:`register_opaque`) hands out an integer id per call site, kept in the module
 as an int attribute the graph reads as a constant; the registry holds only weak references, so a

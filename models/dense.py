@@ -151,9 +151,10 @@ class DenseModel(nn.Module):
         """``[num_logits, hidden]``: final-normed hidden states at ``inp.logits_indices``."""
         hidden = self.embed(inp)  # [num_tokens, hidden]
         step = self.prepare_step(inp)
-        if self._compiled_layers is None or hidden.shape[0] < 2:
+        if self._compiled_layers is None or hidden.shape[0] < 2 or torch.is_grad_enabled():
             # One token runs eagerly: the graph is compiled for any count from 2 on (PyTorch
             # specialises sizes 0 and 1, so a one-token step would cost a second compilation).
+            # So does grad mode: the graph's GEMMs read weight copies autograd cannot reach.
             hidden = self.run_layers(hidden, step)
         else:
             for projection, linears in self._projections:
@@ -177,12 +178,13 @@ class DenseModel(nn.Module):
     def compile_layers(self) -> None:
         """Run the decoder layers as one ``torch.compile`` graph from the next forward on.
 
-        Norms, rotary, SiLU·up and residual adds fuse into inductor's loops; every projection and
-        the slot attention stay our own code, each an opaque op (:mod:`tokenstate.models.compiled`),
+        Norms, rotary, SiLU·up and residual adds fuse into inductor's loops. Each projection reads
+        weights re-checked before every compiled call (traced on its transposed copy, or an opaque
+        op when packed) and the slot attention is an opaque op (:mod:`tokenstate.models.compiled`),
         so weight updates and each step's slot runs need no recompilation. The token count is the
         one dynamic size: the first forward of two or more tokens compiles (seconds), and no later
-        one does; a one-token step runs eagerly. Only :class:`DenseDecoderLayer` stacks compile; a
-        copy or pickle of the model runs eagerly.
+        one does; one-token steps and forwards in grad mode run eagerly. Only
+        :class:`DenseDecoderLayer` stacks compile; a copy or pickle of the model runs eagerly.
         """
         others = sorted({type(layer).__name__ for layer in self.layers if not isinstance(layer, DenseDecoderLayer)})
         if others:

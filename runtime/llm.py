@@ -212,11 +212,12 @@ class LLM:
             core, as beside a GPU). Default: ``$TOKENSTATE_CPU_STREAM``, else ``"thread"`` under
             chaos and ``"inline"`` otherwise (``docs/concepts/runner-paths.md``). Tokens are the same.
         compile: run the model's decoder layers as one ``torch.compile`` graph (CPU, dense
-            Llama-style models; projections and attention stay opaque ops, so weight updates and
-            each step's slots need no recompilation). The first step of two or more tokens
-            compiles (seconds; it needs a C++ compiler); the tiny peer model then measured
-            1.04–1.12x the eager tokens/s. Not with ``cpu_stream="process"``. Tokens are the same as eager's
-            wherever the logits are not within float rounding of a tie.
+            Llama-style models; projections re-check their weights before every compiled call and
+            attention stays our own op, so weight updates and each step's slots need no
+            recompilation). The first step of two or more tokens compiles (seconds; it needs a C++
+            compiler); the peer models then measured 1.04–1.12x the eager tokens/s. Not with
+            ``cpu_stream="process"``. Tokens are the same as eager's wherever the logits are not
+            within float rounding of a tie.
 
     Besides `generate`, the engine can be driven request by request, as a server does:
     `add_request` queues a request at any time, `step` runs one engine step and returns the
@@ -252,6 +253,8 @@ class LLM:
         """The compute dtype (``torch.float32``)."""
         if not isinstance(async_scheduling, bool):
             raise ConfigError(f"LLM: async_scheduling must be a bool, got {async_scheduling!r}.")
+        if not isinstance(compile, bool):
+            raise ConfigError(f"LLM: compile must be a bool, got {compile!r}.")
         if on_unhonored not in ON_UNHONORED:
             raise ConfigError(
                 f"LLM: on_unhonored={on_unhonored!r} is not a policy; valid: {', '.join(ON_UNHONORED)}."
@@ -302,8 +305,6 @@ class LLM:
             chaos=engine_chaos,
             cpu_stream=choose_cpu_stream(cpu_stream, engine_chaos),
         )
-        if not isinstance(compile, bool):
-            raise ConfigError(f"LLM: compile must be a bool, got {compile!r}.")
         if compile:
             _compile_layers(self.factory.name, self.model, config)
         self._engine = Engine(self.factory, self.model, config, self.stats)

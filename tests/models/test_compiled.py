@@ -57,3 +57,16 @@ def test_a_copy_of_a_compiled_model_runs_eagerly_on_its_own_weights(make_input) 
         eager.model.layers[0].mlp.down_proj.weight.mul_(3)
     inp = make_input([(1, [5, 6, 7, 8])], vocab_size=512, all_logits=True)
     torch.testing.assert_close(FACTORY.forward(twin, inp), FACTORY.forward(eager, inp), rtol=0, atol=0)
+
+
+def test_grad_mode_runs_a_compiled_model_eagerly_so_gradients_reach_the_weights(make_input) -> None:
+    model = FACTORY.build_preset("tiny-llama")
+    model.allocate_slots(2)
+    model.compile_layers()
+    weight = model.model.layers[0].self_attn.q_proj.weight.requires_grad_(True)
+    graphs = counters["stats"]["unique_graphs"]
+    with torch.enable_grad():
+        hidden = model.model(make_input([(0, [5, 6, 7, 8])], vocab_size=512))  # [1, hidden]
+        hidden.sum().backward()
+    assert counters["stats"]["unique_graphs"] == graphs  # nothing was compiled
+    assert weight.grad is not None and bool(weight.grad.abs().sum() > 0)
