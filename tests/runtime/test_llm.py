@@ -215,6 +215,7 @@ def test_invalid_sampling_params(kwargs, message):
             "max_num_batched_tokens must be a positive int",
         ),
         (toy_factory(), {"async_scheduling": "yes"}, "async_scheduling must be a bool"),
+        (toy_factory(), {"compile": "yes"}, "compile must be a bool"),
         (toy_factory(), {"device": "tpu:0"}, "device='tpu:0'"),
         (toy_factory(), {"seed": -1}, "seed must be an int >= 0"),
     ],
