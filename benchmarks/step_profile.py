@@ -1,8 +1,9 @@
 """Where an engine step's time goes: op self-times by category, and the host time around them.
 
-Run: ``python benchmarks/step_profile.py --model tiny|big --workload A|B [--requests N]``. Serves the
-peer benchmark's workload (:mod:`engine_vs_peers`, same model and weights) with
-``LLM(async_scheduling=True)``, one thread: a warm-up run, then one run under ``torch.profiler``.
+Run: ``python benchmarks/step_profile.py --model tiny|big --workload A|B [--requests N] [--compile]``.
+Serves the peer benchmark's workload (:mod:`engine_vs_peers`, same model and weights) with
+``LLM(async_scheduling=True)`` (``compile=True`` with ``--compile``; the compiled graph's own
+loops then count as "other ops"), one thread: a warm-up run, then one run under ``torch.profiler``.
 Every aten/oneDNN op's *self* time is put in one category; "host" is the run's wall time minus all
 op time (scheduling, input preparation, Python around the ops). A report, not a target: the
 profiler's own overhead inflates small ops, so compare shares, not seconds, and rerun on a quiet
@@ -37,7 +38,7 @@ def category(op: str) -> str:
     return "other ops"
 
 
-def profile(model: str, load: str, requests: int | None) -> list[tuple[str, float, float]]:
+def profile(model: str, load: str, requests: int | None, compile_layers: bool = False) -> list[tuple[str, float, float]]:
     """``(category, seconds, share of wall)`` rows, largest first, host last."""
     import torch
     from torch.profiler import profile as torch_profile
@@ -50,7 +51,10 @@ def profile(model: str, load: str, requests: int | None) -> list[tuple[str, floa
     prompts, max_tokens = prompts[:requests], max_tokens[:requests]
     with tempfile.TemporaryDirectory(prefix="step_profile_") as tmp:
         save(build(MODELS[model], seed=0), tmp)
-        llm = LLM(tmp, async_scheduling=True, max_num_seqs=len(prompts), max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS)
+        llm = LLM(
+            tmp, async_scheduling=True, max_num_seqs=len(prompts),
+            max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS, compile=compile_layers,
+        )  # fmt: skip
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens]
     llm.generate(prompts, params)  # warm-up
     with torch_profile() as prof:
@@ -70,9 +74,11 @@ def main() -> None:
     parser.add_argument("--model", choices=list(MODELS), default="tiny")
     parser.add_argument("--workload", choices=list(WORKLOADS), default="B")
     parser.add_argument("--requests", type=int, default=None, help="first N requests of the workload")
+    parser.add_argument("--compile", action="store_true", help="LLM(compile=True)")
     args = parser.parse_args()
-    rows = profile(args.model, args.workload, args.requests)
-    print(f"| {args.model} / {args.workload} | s | share |\n|---|---|---|")
+    rows = profile(args.model, args.workload, args.requests, args.compile)
+    label = f"{args.model} / {args.workload}{' (compiled)' if args.compile else ''}"
+    print(f"| {label} | s | share |\n|---|---|---|")
     for name, s, share in rows:
         print(f"| {name} | {s:.3f} | {100 * share:.0f} % |")
 
