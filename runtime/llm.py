@@ -215,9 +215,9 @@ class LLM:
             Llama-style models; projections re-check their weights before every compiled call and
             attention stays our own op, so weight updates and each step's slots need no
             recompilation). The first step of two or more tokens compiles (seconds; it needs a C++
-            compiler); the peer models then measured 1.04–1.12x the eager tokens/s. Not with
-            ``cpu_stream="process"``. Tokens are the same as eager's wherever the logits are not
-            within float rounding of a tie.
+            compiler); the tiny peer model measured 1.04–1.12x the eager tokens/s, the big one
+            about even. Not with ``cpu_stream="process"``. Tokens are the same as eager's
+            wherever the logits are not within float rounding of a tie.
 
     Besides `generate`, the engine can be driven request by request, as a server does:
     `add_request` queues a request at any time, `step` runs one engine step and returns the
