@@ -13,12 +13,14 @@ most of a decode step outside the GEMMs and attention). Two things must keep run
   that calls the projection eagerly;
 * slot attention, whose runs of slots are Python metadata of the step (``SlotBatch``): traced, every
   new run structure would be a recompilation. It is one opaque op, reading the step's
-  ``SlotBatch`` from a thread-local step context (:func:`attention_step`) set around the compiled
+  ``SlotBatch`` from a thread-local step context (:func:`compiled_step`) set around the compiled
   call.
 
-Registration (:func:`register_opaque`) hands out an integer id per call site, kept in the module
-as an int attribute the graph reads as a constant; the registry holds only weak references, so a
-freed model frees its weights.
+Each model keeps its own :class:`OpaqueSites`: a call site's id is its index there, given in
+layer order, so two models of one architecture trace the same graph with the same guards and share
+one compilation (ids from a process-wide counter made every new model a recompilation, and the
+ninth hit dynamo's recompile limit). The step context holds the running model's sites and slot
+batch; if dynamo ever runs the layers eagerly instead, they read the same context.
 """
 
 from __future__ import annotations
@@ -26,9 +28,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-import weakref
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,39 +36,32 @@ from torch import Tensor
 
 from tokenstate.contracts import ConfigError, ContractViolation
 
-__all__ = ["attention_step", "compile_available", "current_attention_batch", "opaque_call", "register_opaque"]
+__all__ = ["OpaqueSites", "compile_available", "compiled_step", "current_attention_batch", "opaque_call"]
 
 
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """One registered call site: ``fn(objects, inputs)`` with the objects held weakly."""
+class OpaqueSites:
+    """One model's opaque call sites: ``add`` returns the id a graph passes to :func:`opaque_call`."""
 
-    refs: tuple[weakref.ref, ...]
-    fn: Callable[[tuple[Any, ...], list[Tensor]], Tensor]
-    name: str
+    def __init__(self) -> None:
+        self._calls: list[tuple[Callable[[tuple[Any, ...], list[Tensor]], Tensor], tuple[Any, ...]]] = []
+
+    def add(self, fn: Callable[[tuple[Any, ...], list[Tensor]], Tensor], *objects: Any) -> int:
+        """A call site running ``fn(objects, inputs)``; ``fn`` must return a new tensor, never a view
+        of an input."""
+        self._calls.append((fn, objects))
+        return len(self._calls) - 1
+
+    def call(self, call_id: int, inputs: list[Tensor]) -> Tensor:
+        fn, objects = self._calls[call_id]
+        return fn(objects, inputs)
 
 
-_CALLS: list[_Call] = []  # append-only: an id is an index, never reused
-_STEP = threading.local()  # .batch: the SlotBatch of the step this thread is running
-
-
-def register_opaque(name: str, fn: Callable[[tuple[Any, ...], list[Tensor]], Tensor], *objects: Any) -> int:
-    """A new call id: inside a compiled graph, ``opaque_call(id, inputs, ...)`` runs ``fn(objects, inputs)``.
-
-    ``fn`` must not hold the objects itself (pass them here, held weakly) and must return a new
-    tensor, never a view of an input.
-    """
-    _CALLS.append(_Call(tuple(weakref.ref(o) for o in objects), fn, name))
-    return len(_CALLS) - 1
+_STEP = threading.local()  # .sites, .batch: the model and step this thread is running
 
 
 @torch.library.custom_op("tokenstate::opaque_call", mutates_args=())
 def _opaque_call(inputs: list[Tensor], call_id: int, tail: list[int]) -> Tensor:
-    call = _CALLS[call_id]
-    objects = tuple(ref() for ref in call.refs)
-    if any(o is None for o in objects):
-        raise ContractViolation(f"compiled call {call.name!r} outlived the module it calls; compile the model again.")
-    return call.fn(objects, inputs)
+    return _current("sites").call(call_id, inputs)
 
 
 @_opaque_call.register_fake
@@ -82,22 +75,27 @@ def opaque_call(call_id: int, inputs: Sequence[Tensor], tail: Sequence[int]) -> 
 
 
 @contextlib.contextmanager
-def attention_step(batch: object) -> Iterator[None]:
-    """Make ``batch`` (the step's ``SlotBatch``) the one this thread's opaque attention calls read."""
-    previous = getattr(_STEP, "batch", None)
-    _STEP.batch = batch
+def compiled_step(sites: OpaqueSites, batch: object) -> Iterator[None]:
+    """Make ``sites`` (the running model's) and ``batch`` (the step's ``SlotBatch``) the ones this
+    thread's opaque calls and slot attention read."""
+    previous = getattr(_STEP, "sites", None), getattr(_STEP, "batch", None)
+    _STEP.sites, _STEP.batch = sites, batch
     try:
         yield
     finally:
-        _STEP.batch = previous
+        _STEP.sites, _STEP.batch = previous
 
 
 def current_attention_batch() -> Any:
-    """The ``SlotBatch`` set by :func:`attention_step` on this thread."""
-    batch = getattr(_STEP, "batch", None)
-    if batch is None:
-        raise ContractViolation("a compiled attention ran outside a step: call the model's forward, not its layers.")
-    return batch
+    """The ``SlotBatch`` set by :func:`compiled_step` on this thread."""
+    return _current("batch")
+
+
+def _current(name: str) -> Any:
+    value = getattr(_STEP, name, None)
+    if value is None:
+        raise ContractViolation("a compiled layer ran outside its model's step: call the model's forward, not its layers.")
+    return value
 
 
 def compile_available() -> None:

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from tokenstate.contracts import BatchLayout, ConfigError, ForwardInput, IndexPlan
-from tokenstate.models.compiled import attention_step, compile_available
+from tokenstate.models.compiled import OpaqueSites, compile_available, compiled_step
 from tokenstate.models.fused_linear import FusedProjection
 from tokenstate.models.layers import GatedMLP, RMSNorm, RotaryEmbedding, SlotAttention
 from tokenstate.models.slot_batch import SlotBatch
@@ -90,10 +90,10 @@ class DenseDecoderLayer(nn.Module):
         hidden = hidden + self.self_attn(self.input_layernorm(hidden), step.cos, step.sin, step.batch)
         return hidden + self.mlp(self.post_attention_layernorm(hidden))
 
-    def make_opaque(self) -> None:
+    def make_opaque(self, sites: OpaqueSites) -> None:
         """Make the layer compile: attention opaque, projections traced or opaque."""
-        self.self_attn.make_opaque()
-        self.mlp.make_opaque()
+        self.self_attn.make_opaque(sites)
+        self.mlp.make_opaque(sites)
 
     def projections(self) -> list[tuple[FusedProjection, tuple[nn.Linear, ...]]]:
         """Each fused projection of the layer with the linears it computes."""
@@ -125,6 +125,7 @@ class DenseModel(nn.Module):
         self._written = np.zeros(0, dtype=np.int64)  # [num_slots], see reset_slot
         self._compiled_layers: Callable[[Tensor, DenseStep], Tensor] | None = None  # see compile_layers
         self._projections: list[tuple[FusedProjection, tuple[nn.Linear, ...]]] = []  # compiled: re-checked per step
+        self._sites: OpaqueSites | None = None  # compiled: the opaque calls of this model's graph
 
     def embed(self, inp: ForwardInput) -> Tensor:
         """``[num_tokens, hidden]``: the honoured ids (device ids when present), guarded gather."""
@@ -159,13 +160,13 @@ class DenseModel(nn.Module):
         else:
             for projection, linears in self._projections:
                 projection.prepare(linears)  # the graph reads these copies: make each current first
-            compiled_step = DenseStep(None, None, step.cos, step.sin)  # type: ignore[arg-type]
+            layer_step = DenseStep(None, None, step.cos, step.sin)  # type: ignore[arg-type]
             for t in (hidden, step.cos, step.sin):
                 torch._dynamo.mark_dynamic(t, 0)  # the token count; every other size stays static
             # The graph sees only the rotary angles; the opaque attention reads the step's slot
             # batch from the step context, so a new run structure is not a recompilation.
-            with attention_step(step.batch):
-                hidden = self._compiled_layers(hidden, compiled_step)
+            with compiled_step(self._sites, step.batch):
+                hidden = self._compiled_layers(hidden, layer_step)
         # The norm is per token, so only the tokens whose logits are read need it.
         return self.norm(hidden[inp.logits_indices])
 
@@ -190,15 +191,16 @@ class DenseModel(nn.Module):
         if others:
             raise ConfigError(f"compile: only dense decoder layers compile, this model has {', '.join(others)}.")
         compile_available()
+        self._sites = OpaqueSites()  # ids in layer order: one graph for every model of this shape
         for layer in self.layers:
-            layer.make_opaque()
+            layer.make_opaque(self._sites)
         self._projections = [p for layer in self.layers for p in layer.projections()]
         self._compiled_layers = torch.compile(self.run_layers)
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         state["_compiled_layers"] = None  # a copy runs eagerly: the compiled graph calls the original
-        state["_projections"] = []
+        state["_projections"], state["_sites"] = [], None
         return state
 
     def allocate_slots(self, num_slots: int) -> None:

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tokenstate.models.compiled import opaque_call, register_opaque
+from tokenstate.models.compiled import OpaqueSites, opaque_call
 from tokenstate.models.cpu_gemm import CALIBRATION_ROWS, calibrating, choose_gemm
 
 __all__ = [
@@ -123,7 +123,7 @@ class FusedProjection:
     storage to copy, and the copy's weights are new tensors anyway.
     """
 
-    __slots__ = ("__weakref__", "_bias", "_op", "_packed", "_seen", "_weight", "_weight_t")
+    __slots__ = ("_bias", "_op", "_packed", "_seen", "_weight", "_weight_t")
 
     def __init__(self) -> None:
         self._seen: list[tuple[_Watch, _Watch | None]] = []  # per linear: weight, bias
@@ -173,7 +173,7 @@ class FusedProjection:
             return out if self._bias is None else out + self._bias
         return F.linear(x, self._weight, self._bias)
 
-    def make_opaque(self, linears: Sequence[nn.Linear]) -> None:
+    def make_opaque(self, linears: Sequence[nn.Linear], sites: OpaqueSites) -> None:
         """Make this projection compile: inside a ``torch.compile`` graph, ``x`` ``[tokens, in]``
         runs ``torch.mm`` on the transposed copy (traced, so inductor fuses around it) or, for a
         packed or unwatched group, one opaque op that calls :meth:`__call__` eagerly.
@@ -183,7 +183,7 @@ class FusedProjection:
         (:meth:`tokenstate.models.dense.DenseModel.compile_layers` does).
         """
         out_features = sum(lin.out_features for lin in linears)
-        self._op = (register_opaque("projection", _call_projection, self, *linears), out_features)
+        self._op = (sites.add(_call_projection, self, *linears), out_features)
 
     def prepare(self, linears: Sequence[nn.Linear]) -> None:
         """Build (and pack) the cache now, e.g. at load time, instead of on the first call."""

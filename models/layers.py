@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokenstate.contracts import ConfigError
-from tokenstate.models.compiled import current_attention_batch, opaque_call, register_opaque
+from tokenstate.models.compiled import OpaqueSites, current_attention_batch, opaque_call
 from tokenstate.models.cpu_memory import huge_page_zeros
 from tokenstate.models.fused_linear import FusedProjection
 from tokenstate.models.slot_batch import ShortRows, SlotBatch
@@ -119,10 +119,10 @@ class GatedMLP(nn.Module):
         for projection, linears in self.projections():
             projection.prepare(linears)
 
-    def make_opaque(self) -> None:
+    def make_opaque(self, sites: OpaqueSites) -> None:
         """Make the projections compile (:meth:`FusedProjection.make_opaque`)."""
         for projection, linears in self.projections():
-            projection.make_opaque(linears)
+            projection.make_opaque(linears, sites)
 
 
 def allocate_kv_cache(num_slots: int, num_heads: int, max_model_len: int, head_dim: int, *, like: Tensor) -> Tensor:
@@ -286,15 +286,15 @@ class SlotAttention(nn.Module):
         for projection, linears in self.projections():
             projection.prepare(linears)
 
-    def make_opaque(self) -> None:
+    def make_opaque(self, sites: OpaqueSites) -> None:
         """Make the projections compile, and the slot attention run as one opaque op in a graph.
 
         The attention op reads the step's ``SlotBatch`` from the step context the model sets
-        around its compiled call (:func:`~tokenstate.models.compiled.attention_step`).
+        around its compiled call (:func:`~tokenstate.models.compiled.compiled_step`).
         """
         for projection, linears in self.projections():
-            projection.make_opaque(linears)
-        self._op = register_opaque("slot attention", _attend_in_step, self)
+            projection.make_opaque(linears, sites)
+        self._op = sites.add(_attend_in_step, self)
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
@@ -318,7 +318,7 @@ class SlotAttention(nn.Module):
             raise ConfigError("attention has no KV cache: call model.allocate_slots(num_slots) first.")
         return self.k_cache, self.v_cache
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, batch: SlotBatch) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, batch: SlotBatch | None) -> Tensor:
         n = x.shape[0]
         heads, kv_heads = self.num_heads, self.num_kv_heads
         qkv = self._qkv(x, (self.q_proj, self.k_proj, self.v_proj)).view(
@@ -330,8 +330,9 @@ class SlotAttention(nn.Module):
         if self._op is not None and torch.compiler.is_compiling():
             # The caches stay out of the graph (traced, their slot count would become a guard).
             out = opaque_call(self._op, (q, k, v), (heads, v.shape[2]))  # [num_tokens, heads, head_dim]
-        else:
-            out = slot_attention(q, k, v, *self.caches(), batch, self.scale)
+        else:  # batch is None only in a compiled model's layers that dynamo chose to run eagerly
+            step_batch = batch if batch is not None else current_attention_batch()
+            out = slot_attention(q, k, v, *self.caches(), step_batch, self.scale)
         return self._o(out.reshape(n, self.num_heads * self.head_dim), (self.o_proj,))
 
 

@@ -22,6 +22,7 @@ def test_compiled_engine_generates_the_eager_tokens_and_compiles_once(cpu_stream
     params = SamplingParams(max_tokens=9, ignore_eos=True)
     options = {"max_num_seqs": 4, "max_num_batched_tokens": 6, "cpu_stream": cpu_stream}
     eager = [o.token_ids for o in LLM("tiny-llama", **options).generate(PROMPTS, params)]
+    torch._dynamo.reset()  # forget graphs an earlier test compiled for this shape
     graphs = counters["stats"]["unique_graphs"]
     compiled = LLM("tiny-llama", compile=True, **options)
     assert [o.token_ids for o in compiled.generate(PROMPTS, params)] == eager
@@ -68,3 +69,29 @@ def test_grad_mode_runs_a_compiled_model_eagerly_so_gradients_reach_the_weights(
         hidden.sum().backward()
     assert counters["stats"]["unique_graphs"] == graphs  # nothing was compiled
     assert weight.grad is not None and bool(weight.grad.abs().sum() > 0)
+
+
+def test_models_of_one_shape_share_one_graph_and_each_computes_with_its_own_weights(make_input) -> None:
+    torch._dynamo.reset()
+    graphs = counters["stats"]["unique_graphs"]
+    inp = make_input([(0, [5, 6, 7]), (1, [8, 9])], vocab_size=512)
+    for scale in (1.0, -2.0, 0.5, 3.0, 1.5, -1.0, 2.5, 0.25, 4.0, -0.5):  # more than dynamo's 8 recompiles
+        compiled, eager = FACTORY.build_preset("tiny-llama"), FACTORY.build_preset("tiny-llama")
+        for model in (compiled, eager):
+            with torch.no_grad():
+                model.model.layers[1].mlp.up_proj.weight.mul_(scale)
+            model.allocate_slots(2)
+        compiled.compile_layers()
+        with torch.inference_mode():
+            torch.testing.assert_close(FACTORY.forward(compiled, inp), FACTORY.forward(eager, inp), rtol=1e-4, atol=1e-4)
+    assert counters["stats"]["unique_graphs"] - graphs == 1
+
+
+def test_layers_dynamo_runs_eagerly_instead_still_read_the_step(make_input) -> None:
+    compiled, eager = FACTORY.build_preset("tiny-llama"), FACTORY.build_preset("tiny-llama")
+    for model in (compiled, eager):
+        model.allocate_slots(2)
+    compiled.compile_layers()
+    inp = make_input([(0, [5, 6, 7]), (1, [8, 9])], vocab_size=512)
+    with torch.inference_mode(), torch.compiler.set_stance("force_eager"):  # as after a recompile limit
+        torch.testing.assert_close(FACTORY.forward(compiled, inp), FACTORY.forward(eager, inp), rtol=0, atol=0)
