@@ -153,15 +153,13 @@ class FusedProjection:
     def __call__(self, x: Tensor, linears: Sequence[nn.Linear]) -> Tensor:
         """``x`` ``[..., in]`` through every linear: ``[..., sum(out_i)]``, outputs side by side."""
         if self._op is not None and torch.compiler.is_compiling():
-            weight_t = self._weight_t
-            if self._packed is None and weight_t is not None and x.dim() == 2:
-                # Traced into the graph, reading the current transposed copy: the owner re-checks
-                # every weight before each compiled call (make_opaque), so no copy is stale.
-                return torch.mm(x, weight_t) if self._bias is None else torch.addmm(self._bias, x, weight_t)
-            return opaque_call(self._op[0], (x,), (self._op[1],))  # packed or unwatched: run as ours
-        if torch.is_grad_enabled() and any(lin.weight.requires_grad for lin in linears):
+            if self._packed is not None or self._weight_t is None or x.dim() != 2:
+                return opaque_call(self._op[0], (x,), (self._op[1],))  # packed or unwatched: run as ours
+            # Traced into the graph below, reading the current transposed copy: the owner re-checks
+            # every weight before each compiled call (make_opaque), so no copy is stale.
+        elif torch.is_grad_enabled() and any(lin.weight.requires_grad for lin in linears):
             return _separate(x, linears)
-        if not self._is_current(linears) and not self._rebuild(linears):
+        elif not self._is_current(linears) and not self._rebuild(linears):
             return _separate(x, linears)
         weight_t = self._weight_t
         if self._packed is not None and (weight_t is None or x.numel() != x.shape[-1]):
