@@ -49,7 +49,9 @@ class SlotRun:
     slot_hi: int
     kv_len: int  # longest seq_len among the run's rows
     offset: int  # the run's first row in the span buffer (runs are laid out one after another)
-    key_mask: Tensor | None  # [slot_hi - slot_lo, 1, Q, kv_len] bool, device; None: all keys valid
+    key_bias: Tensor | None  # [slot_hi - slot_lo, 1, Q, kv_len] float32, device; None: all keys valid
+    # key_bias is additive: 0 where a query may read the key, -inf where it may not (SDPA takes it as
+    # it is; a boolean mask would be converted to this in every layer's every call).
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +191,7 @@ class _ShortPlan:
     in_place: bool  # every row sits at its own span row: no span_index
     span: int
     runs: tuple[tuple[int, int, int, int, bool], ...]  # (slot_lo, slot_hi, kv_len, offset, needs_mask)
-    host_masks: tuple[Tensor | None, ...] | None  # per run, on a CPU device (built on the host)
+    host_biases: tuple[Tensor | None, ...] | None  # per run, on a CPU device (built on the host)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,13 +287,13 @@ def _plan_short_rows(
     # Without padding and prefill rows, the short tokens are the whole step, in flat order.
     identity = covers_step and not padded
     upload_qpos = device.type != "cpu" and any(m[4] for m in runs_meta)
-    host_masks = None
-    if device.type == "cpu":  # numpy on the host: a few µs cheaper per step than two torch ops
-        host_masks = tuple(
-            torch.from_numpy(np.arange(kv_len) <= span_qpos[off : off + hi - lo, :, None]).unsqueeze(1)
+    host_biases = None
+    if device.type == "cpu":  # numpy on the host: a few µs cheaper per step than torch ops
+        host_biases = tuple(
+            torch.from_numpy(_key_bias(np.arange(kv_len) > span_qpos[off : off + hi - lo, :, None])).unsqueeze(1)
             if needs_mask else None
             for lo, hi, kv_len, off, needs_mask in runs_meta
-        )  # per run: [n, 1, Q, L] bool  # fmt: skip
+        )  # per run: [n, 1, Q, L] float32  # fmt: skip
     empty = valid_src[:0]
     arrays = (
         short.slots, token_index.reshape(-1), write_slots, write_pos,
@@ -299,7 +301,7 @@ def _plan_short_rows(
         empty if in_place else span_index, span_qpos.reshape(-1) if upload_qpos else empty,
     )  # fmt: skip
     plan = _ShortPlan(
-        num_rows, q_max, padded, identity, in_place, span, tuple(runs_meta), host_masks
+        num_rows, q_max, padded, identity, in_place, span, tuple(runs_meta), host_biases
     )
     return PlanPart(plan, tuple([np.ascontiguousarray(a, dtype=np.int64) for a in arrays]))
 
@@ -309,13 +311,15 @@ def _bind_short_rows(plan: _ShortPlan, tensors: tuple[Tensor, ...], device: torc
     num_rows, q_max, span = plan.num_rows, plan.q_max, plan.span
     runs = []
     for i, (lo, hi, kv_len, off, needs_mask) in enumerate(plan.runs):
-        key_mask = None
-        if plan.host_masks is not None:
-            key_mask = plan.host_masks[i]
+        key_bias = None
+        if plan.host_biases is not None:
+            key_bias = plan.host_biases[i]
         elif needs_mask:  # on the device, from the uploaded positions: no [n, Q, L] host-to-device copy
             qpos = span_qpos_t.view(span, q_max)[off : off + hi - lo]  # [n, Q]
-            key_mask = (torch.arange(kv_len, device=device) <= qpos[:, :, None]).unsqueeze(1)
-        runs.append(SlotRun(lo, hi, kv_len, off, key_mask))
+            unreadable = torch.arange(kv_len, device=device) > qpos[:, :, None]  # [n, Q, L] bool
+            key_bias = torch.zeros(unreadable.shape, device=device).masked_fill_(unreadable, -torch.inf)
+            key_bias = key_bias.unsqueeze(1)  # [n, 1, Q, L]
+        runs.append(SlotRun(lo, hi, kv_len, off, key_bias))
     return ShortRows(
         slots=slots,
         token_index=token_index_t.view(num_rows, q_max),
@@ -327,6 +331,11 @@ def _bind_short_rows(plan: _ShortPlan, tensors: tuple[Tensor, ...], device: torc
         write_tokens=None if plan.identity else w_tokens,
         valid_src=src if plan.padded else None,
     )
+
+
+def _key_bias(unreadable: np.ndarray) -> np.ndarray:
+    """float32 ``0`` where a query may read a key, ``-inf`` where ``unreadable`` says it may not."""
+    return np.where(unreadable, np.float32(-np.inf), np.float32(0.0))
 
 
 def _long_row(slot: int, start: int, end: int, num_computed: int, device: torch.device) -> LongRow:

@@ -8,6 +8,7 @@ copies a cache (no gather): the caches are only viewed, written in place and rea
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -23,9 +24,13 @@ def _prompt(slot: int) -> list[int]:
     return [(7 * slot + 3 * j) % (VOCAB - 3) + 3 for j in range(5 + slot % 7)]
 
 
-def _solo_logits(make_input) -> dict[int, torch.Tensor]:
+def _model(preset: str, dtype: torch.dtype):
+    return FACTORY.build_preset(preset).to(dtype)
+
+
+def _solo_logits(make_input, preset: str = "tiny-llama", dtype: torch.dtype = torch.float32) -> dict[int, torch.Tensor]:
     """Each request's decode-step logits, run alone in slot 0 of its own model."""
-    model = FACTORY.build_preset("tiny-llama")
+    model = _model(preset, dtype)
     model.allocate_slots(1)
     solo = {}
     for slot in SLOTS:
@@ -39,8 +44,8 @@ def _solo_logits(make_input) -> dict[int, torch.Tensor]:
     return solo
 
 
-def _crowded_step(make_input):
-    model = FACTORY.build_preset("tiny-llama")
+def _crowded_step(make_input, preset: str = "tiny-llama", dtype: torch.dtype = torch.float32):
+    model = _model(preset, dtype)
     model.allocate_slots(NUM_SLOTS)
     for slot in SLOTS:
         FACTORY.forward(model, make_input([(slot, _prompt(slot))], vocab_size=VOCAB))
@@ -51,9 +56,18 @@ def _crowded_step(make_input):
     return model, make_input(rows, vocab_size=VOCAB)
 
 
-def test_scattered_slots_give_every_row_its_solo_logits(make_input):
-    solo = _solo_logits(make_input)
-    model, inp = _crowded_step(make_input)
+@pytest.mark.parametrize(
+    ("preset", "dtype", "atol"),
+    [
+        ("tiny-llama", torch.float32, 1e-5),
+        ("tiny-llama-gqa", torch.float32, 1e-5),  # 4 query heads a KV head, folded with the drafts
+        ("tiny-llama-gqa", torch.bfloat16, 2e-2),  # the float32 key bias meets bfloat16 queries
+    ],
+    ids=["mha", "gqa", "gqa-bf16"],
+)
+def test_scattered_slots_give_every_row_its_solo_logits(make_input, preset, dtype, atol):
+    solo = _solo_logits(make_input, preset, dtype)
+    model, inp = _crowded_step(make_input, preset, dtype)
     batch = slot_batch.SlotBatch.from_input(inp, num_slots=NUM_SLOTS, max_model_len=model.max_model_len)
     assert batch.short_rows is not None
     runs = batch.short_rows.runs
@@ -62,7 +76,7 @@ def test_scattered_slots_give_every_row_its_solo_logits(make_input):
     taken = 0
     for slot in SLOTS:
         n = solo[slot].shape[0]
-        torch.testing.assert_close(logits[taken : taken + n], solo[slot], rtol=0, atol=1e-5)
+        torch.testing.assert_close(logits[taken : taken + n], solo[slot], rtol=0, atol=atol)
         taken += n
 
 
