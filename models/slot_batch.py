@@ -31,10 +31,11 @@ __all__ = ["RUN_COST_KEYS", "LongRow", "ShortRows", "SlotBatch", "SlotRun"]
 
 DEFAULT_MAX_SHORT_QUERY_LEN = 16
 """Rows with up to this many query tokens join the batched (decode) attention."""
-RUN_COST_KEYS = 256
-"""What one more attention call costs, in key positions of one slot read (~30 µs of call overhead
-against ~0.1–0.4 µs per key position on this CPU). A run spanning a hole or padding a short row to
-its longest one reads positions for nothing; splitting it costs a call. See ``_slot_runs``."""
+RUN_COST_KEYS = 128
+"""What one more attention call costs, in key positions of one slot read (~20 µs of ops around a
+call against ~0.1–0.4 µs per key position on this CPU; tuned in the engine: 128 ran tiny workload
+B 3 % and big B 3 % faster than 256, tiny workload A the same). A run spanning a hole or padding a
+short row to its longest one reads positions for nothing; splitting it costs a call. See ``_slot_runs``."""
 
 
 @dataclass(frozen=True, slots=True)
