@@ -17,6 +17,7 @@ import torch
 
 from tokenstate.contracts import TokenStateError
 from tokenstate.runtime.engine_config import EngineConfig
+from tokenstate.runtime.host_memory import retain_freed_memory
 from tokenstate.runtime.outputs import EngineStats
 from tokenstate.runtime.registry import ModelFactory
 from tokenstate.runtime.request import Request
@@ -34,6 +35,8 @@ class Engine:
     ) -> None:
         self.config = config
         self.stats = stats
+        if config.device.type == "cpu":
+            retain_freed_memory()  # a step's freed buffers stay for the next (TOKENSTATE_CPU_MALLOC)
         self.scheduler = Scheduler(
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
