@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -175,6 +175,19 @@ class Scheduler:
         req.admissions += 1
         bisect.insort(self.running, req, key=lambda r: r.arrival)
 
+    @staticmethod
+    def _slots_by_length(admitted: list[Request], rows: list[ScheduledRow]) -> list[ScheduledRow]:
+        """Give the requests admitted together their slots in order of prompt length; their rows.
+
+        The set of slots is the lowest free ones either way; only who gets which changes. Requests
+        of similar length then sit in neighbouring slots as they decode, and a step's decode rows
+        attend in fewer, fuller runs of consecutive slots (``tokenstate.models.slot_batch``).
+        """
+        slots = sorted(req.slot for req in admitted)
+        for req, slot in zip(sorted(admitted, key=lambda r: (r.num_known, r.arrival)), slots, strict=True):
+            req.slot = slot
+        return [replace(row, slot=row.request.slot) for row in rows]
+
     def schedule(self) -> ScheduledBatch:
         budget = self.max_num_batched_tokens
         wanting = [r for r in self.running if self._wants_row(r)]
@@ -215,6 +228,8 @@ class Scheduler:
             admitted.append(req)
             rows.append(self._row(req, num_new, 0))
             budget -= num_new
+        if len(admitted) > 1:
+            rows[-len(admitted) :] = self._slots_by_length(admitted, rows[-len(admitted) :])
         if self.order == "random" and len(rows) > 1:
             perm = self._rng.permutation(len(rows))
             if np.any(perm != np.arange(len(rows))):

@@ -56,6 +56,20 @@ def test_max_num_seqs_limits_admission_and_a_freed_slot_is_reused():
     assert nxt.admitted[0].prefill_len == 2
 
 
+def test_requests_admitted_together_take_the_lowest_free_slots_in_order_of_prompt_length():
+    sched = Scheduler(max_num_seqs=6, max_num_batched_tokens=64, max_model_len=64)
+    sched.add(make(0, 3, max_tokens=1))
+    first = sched.schedule()
+    assert first.admitted[0].slot == 0  # admitted alone: the lowest free slot
+    for i, n in enumerate((9, 2, 5, 2), start=1):
+        sched.add(make(i, n))
+    batch = sched.schedule()
+    # Slot 0 is busy; slots 1-4 go to requests 1-4 shortest prompt first (ties by arrival),
+    # and the rows, still in arrival order, carry the slots their requests took.
+    assert {r.request_id: r.slot for r in batch.admitted} == {2: 1, 4: 2, 3: 3, 1: 4}
+    assert [(row.request.request_id, row.slot) for row in batch.rows] == [(1, 4), (2, 1), (3, 3), (4, 2)]
+
+
 def test_max_tokens_is_known_at_schedule_time_so_no_row_is_wasted():
     sched = Scheduler(max_num_seqs=1, max_num_batched_tokens=64, max_model_len=64)
     sched.add(make(0, 3, max_tokens=1))
