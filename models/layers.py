@@ -228,9 +228,7 @@ def _attend_short_rows(
     else:
         span_q = q.new_zeros(short.span, kv_heads, group * q_len, head_dim)  # [span, kv_heads, G * Q, d]
         span_q[short.span_index] = rows_q
-    span_out = None
-    if len(short.runs) > 1:
-        span_out = q.new_empty(short.span, kv_heads, group * q_len, dv)  # [span, kv_heads, G * Q, dv]
+    outs = []  # per run: [n, kv_heads, G * Q, dv], the runs laid out one after another in the span
     for run in short.runs:
         keys = k_cache[run.slot_lo : run.slot_hi, :, : run.kv_len]  # [n, kv_heads, L, d]: a view
         values = v_cache[run.slot_lo : run.slot_hi, :, : run.kv_len]  # [n, kv_heads, L, dv]
@@ -238,13 +236,8 @@ def _attend_short_rows(
         if bias is not None and ((group > 1 and q_len > 1) or bias.dtype != q.dtype):
             bias = bias.repeat(1, 1, group, 1).to(q.dtype)  # [n, 1, G * Q, L]: folded query g * Q + i
         queries = span_q[run.offset : run.offset + run.slot_hi - run.slot_lo]  # [n, kv_heads, G * Q, d]
-        attended = F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias, scale=scale)
-        # attended: [n, kv_heads, G * Q, dv]
-        if span_out is None:
-            span_out = attended
-        else:
-            span_out[run.offset : run.offset + run.slot_hi - run.slot_lo] = attended
-    assert span_out is not None  # a ShortRows has at least one run
+        outs.append(F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias, scale=scale))
+    span_out = outs[0] if len(outs) == 1 else torch.cat(outs)  # [span, kv_heads, G * Q, dv]
     if short.span_index is not None:
         span_out = span_out[short.span_index]  # [R, kv_heads, G * Q, dv]
     unfolded = span_out.view(num_rows, kv_heads, group, q_len, dv).permute(0, 3, 1, 2, 4)  # [R, Q, kv, G, dv]
