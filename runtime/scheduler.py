@@ -177,7 +177,8 @@ class Scheduler:
 
     @staticmethod
     def _slots_by_length(admitted: list[Request], rows: list[ScheduledRow]) -> list[ScheduledRow]:
-        """Give the requests admitted together their slots in order of prompt length; their rows.
+        """Give the requests admitted together their slots in order of prompt length; returns
+        ``rows`` (theirs) carrying the new slots.
 
         The set of slots is the lowest free ones either way; only who gets which changes. Requests
         of similar length then sit in neighbouring slots as they decode, and a step's decode rows

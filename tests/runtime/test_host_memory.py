@@ -49,7 +49,8 @@ def test_freed_step_buffers_are_reused_instead_of_faulted_in_again():
 
 
 @glibc_only
-def test_an_engine_on_the_cpu_retains_freed_memory():
+def test_an_engine_on_the_cpu_retains_freed_memory(monkeypatch):
+    monkeypatch.delenv(host_memory.CPU_MALLOC_ENV, raising=False)
     LLM("tiny-llama", max_num_seqs=2)
     assert host_memory.freed_memory_retained()
 
