@@ -233,8 +233,10 @@ def _attend_short_rows(
         keys = k_cache[run.slot_lo : run.slot_hi, :, : run.kv_len]  # [n, kv_heads, L, d]: a view
         values = v_cache[run.slot_lo : run.slot_hi, :, : run.kv_len]  # [n, kv_heads, L, dv]
         bias = run.key_bias  # [n, 1, Q, L]: with Q = 1 it broadcasts over the folded G queries
-        if bias is not None and ((group > 1 and q_len > 1) or bias.dtype != q.dtype):
-            bias = bias.repeat(1, 1, group, 1).to(q.dtype)  # [n, 1, G * Q, L]: folded query g * Q + i
+        if bias is not None and group > 1 and q_len > 1:
+            bias = bias.repeat(1, 1, group, 1)  # [n, 1, G * Q, L]: folded query g * Q + i
+        if bias is not None and bias.dtype != q.dtype:
+            bias = bias.to(q.dtype)  # the host builds float32 biases: match the queries' dtype
         queries = span_q[run.offset : run.offset + run.slot_hi - run.slot_lo]  # [n, kv_heads, G * Q, d]
         outs.append(F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias, scale=scale))
     span_out = outs[0] if len(outs) == 1 else torch.cat(outs)  # [span, kv_heads, G * Q, dv]
