@@ -32,6 +32,7 @@ from tokenstate.contracts import (
     ContractViolation,
     DeviceTokens,
     ForwardInput,
+    HostTokens,
     IndexPlan,
     StepIndices,
     get_checks_mode,
@@ -52,7 +53,10 @@ from tokenstate.runtime.scheduler import Request, ScheduledBatch
 from tokenstate.runtime.spec_decode import propose_ngram
 from tokenstate.runtime.stream import stream_for
 
-__all__ = ["ON_UNHONORED", "InFlight", "ModelRunner", "OnUnhonored", "Resolved"]
+__all__ = ["ON_UNHONORED", "InFlight", "ModelRunner", "OnUnhonored", "Resolved", "StepSampling"]
+
+BadWordEntry = tuple[int, int, int, tuple[tuple[int, ...], ...]]
+"""``(logit, slot, sampled position, words)``: one logit of a row whose request bans words."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +67,28 @@ class InFlight:
     batch: ScheduledBatch
     prepared: HostStepInputs
     pending: PendingTokens
+
+
+@dataclass(frozen=True, slots=True)
+class StepSampling:
+    """What a step's device work needs to know of its requests, decided on the host at launch.
+
+    The device work reads this and slot-indexed device state, never the batch's requests or the
+    host's arrays: on a device process a step's hand-over carries these few numbers instead of a
+    row object per request and the host arrays (as a GPU worker receives sampling metadata, not
+    requests). The per-slot values (temperature, top-k/top-p, seeds, penalties) were seeded on the
+    device at admission; only facts about the step's set of rows travel here.
+    """
+
+    num_logits: int
+    all_greedy: bool  # every sampling row is greedy: the sampler takes the argmax fast path
+    any_filter: bool  # some sampling row uses top-k or top-p
+    any_penalty: bool  # some sampling row has a repetition, presence or frequency penalty
+    penalty_window: int  # with any_penalty: the longest sampled position (the history to count)
+    bad_words: tuple[BadWordEntry, ...]  # one entry per logit of each row that bans words
+    writes_drafts: bool  # the input carries drafts and some sampling row reads the history
+    has_drafts: bool  # some row carries drafts: the step verifies them
+    proposal_bound: int  # speculative: one past the longest sequence (the n-gram search bound)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +194,35 @@ class ModelRunner:
         for slot in slots:
             self.model.reset_slot(slot)
 
-    def _sampling_rows(self, batch: ScheduledBatch, dev: DeviceStepInputs) -> SamplingRows:
+    def _step_sampling(self, batch: ScheduledBatch, prepared: HostStepInputs) -> StepSampling:
+        """On the host, at launch: what the step's device work needs to know of its requests."""
         params = [row.request.params for row in batch.sampling_rows]
+        any_penalty = any(
+            p.repetition_penalty != 1 or p.presence_penalty or p.frequency_penalty for p in params
+        )
+        bad_words: tuple[BadWordEntry, ...] = ()
+        if any(p.bad_words for p in params):
+            cu = prepared.cu_num_logits
+            # Every logit of a row, drafts' included: each one samples a position of its own.
+            bad_words = tuple(
+                (i, row.slot, int(prepared.sample_positions[i]), row.request.params.bad_words)
+                for r, row in enumerate(batch.rows)
+                if row.samples and row.request.params.bad_words
+                for i in range(int(cu[r]), int(cu[r + 1]))
+            )  # fmt: skip
+        return StepSampling(
+            num_logits=prepared.num_logits,
+            all_greedy=all(p.greedy for p in params),
+            any_filter=any(p.top_k > 0 or p.top_p < 1.0 for p in params),
+            any_penalty=any_penalty,
+            penalty_window=int(prepared.sample_positions.max()) if any_penalty else 0,
+            bad_words=bad_words,
+            writes_drafts=bool(prepared.draft_logits.size) and any(p.reads_history for p in params),
+            has_drafts=bool(np.count_nonzero(prepared.num_drafts)),
+            proposal_bound=int(prepared.seq_lens.max()) + 1 if self.speculative is not None else 0,
+        )
+
+    def _sampling_rows(self, sampling: StepSampling, dev: DeviceStepInputs) -> SamplingRows:
         mirror, slots = self.mirror, dev.sample_slots
         return SamplingRows(
             temperature=mirror.temperature.index_select(0, slots),
@@ -177,8 +230,8 @@ class ModelRunner:
             top_p=mirror.top_p.index_select(0, slots),
             seeds=mirror.seed.index_select(0, slots),
             output_index=dev.sample_output_index,
-            all_greedy=all(p.greedy for p in params),
-            any_filter=any(p.top_k > 0 or p.top_p < 1.0 for p in params),
+            all_greedy=sampling.all_greedy,
+            any_filter=sampling.any_filter,
         )
 
     def _history_source(self) -> torch.Tensor:
@@ -189,30 +242,22 @@ class ModelRunner:
         return self.mirror.history  # [num_slots, max_model_len] int32
 
     def _process_logits(
-        self, batch: ScheduledBatch, prepared: HostStepInputs, dev: DeviceStepInputs,
-        logits: torch.Tensor, history: torch.Tensor,
+        self, sampling: StepSampling, dev: DeviceStepInputs, logits: torch.Tensor, history: torch.Tensor
     ) -> torch.Tensor:
-        """Penalties and bad words, from the device history (``logits`` ``[num_logits, vocab]``)."""  # fmt: skip
-        params = [row.request.params for row in batch.sampling_rows]
+        """Penalties and bad words, from the device history (``logits`` ``[num_logits, vocab]``)."""
         mirror, slots = self.mirror, dev.sample_slots
-        if any(p.repetition_penalty != 1 or p.presence_penalty or p.frequency_penalty for p in params):
+        if sampling.any_penalty:
             logits = apply_penalties(
                 logits, history, slots, dev.sample_positions, dev.sample_output_index,
                 mirror.repetition_penalty.index_select(0, slots),
                 mirror.presence_penalty.index_select(0, slots),
                 mirror.frequency_penalty.index_select(0, slots),
-                length=int(prepared.sample_positions.max()),
+                length=sampling.penalty_window,
             )  # fmt: skip
-        if any(p.bad_words for p in params):
-            cu = prepared.cu_num_logits
-            # Every logit of a row, drafts' included: each one samples a position of its own.
-            entries = [
-                (i, row.slot, int(prepared.sample_positions[i]), row.request.params.bad_words)
-                for r, row in enumerate(batch.rows)
-                if row.samples and row.request.params.bad_words
-                for i in range(int(cu[r]), int(cu[r + 1]))
-            ]  # fmt: skip
-            plan = plan_bad_words(entries, max_model_len=self.mirror.max_model_len, device=self.device)
+        if sampling.bad_words:
+            plan = plan_bad_words(
+                sampling.bad_words, max_model_len=self.mirror.max_model_len, device=self.device
+            )
             if plan is not None:
                 logits = ban_bad_words(logits, history, plan)
         return logits
@@ -245,9 +290,11 @@ class ModelRunner:
             prepared.num_logits + num_rows + (num_rows * self.num_drafts if self.speculative else 0)
         )  # [n] int32 host buffer: sampled tokens, emitted counts, next drafts
         history = self._history_source()  # [num_slots, max_model_len] int32
+        sampling = self._step_sampling(batch, prepared)
         self.stream.submit(
-            self._device_step, batch, prepared, layout, dev, use_combine, guard, results, history
-        )
+            self._device_step, sampling, prepared.host_tokens, layout, dev, use_combine, guard,
+            results, history,
+        )  # fmt: skip
         pending = PendingTokens(results, self.stream.record_event(), guard, prepared.layout)
         self._num_launched += 1
         return InFlight(self._num_launched - 1, batch, prepared, pending)
@@ -258,11 +305,15 @@ class ModelRunner:
         return None if plan_indices is None else plan_indices(self.model, layout)
 
     def _device_step(
-        self, batch: ScheduledBatch, prepared: HostStepInputs, layout: BatchLayout,
+        self, sampling: StepSampling, host_tokens: HostTokens, layout: BatchLayout,
         dev: DeviceStepInputs, use_combine: bool, guard: StepGuard, results: torch.Tensor,
         history: torch.Tensor,
     ) -> None:  # fmt: skip
-        """On the stream: combine → checked forward → sample → post-update → history → drafts → copy."""
+        """On the stream: combine → checked forward → sample → post-update → history → drafts → copy.
+
+        Reads the step's uploaded inputs (``dev``), its host ids and layout (the forward's input),
+        what the host decided about its requests (``sampling``) and slot-indexed device state.
+        """
         mirror = self.mirror
         # The kernels' operands are the mirror's own views, right by construction: their metadata
         # checks (which cost as much as the CPU twins) run in ``full`` checks mode only.
@@ -273,11 +324,11 @@ class ModelRunner:
             ids, logits_indices = combine(
                 dev.host_ids, dev.query_start_loc, dev.seq_lens, dev.slots, dev.num_drafts,
                 mirror.prefill_len, mirror.last_sampled, mirror.draft_tokens, dev.cu_num_logits,
-                num_logits=prepared.num_logits, validate=validate,
+                num_logits=sampling.num_logits, validate=validate,
             )  # fmt: skip
             device_tokens = DeviceTokens.from_combine(ids, vocab_size=self.model.vocab_size)
         inp = ForwardInput(
-            host_tokens=prepared.host_tokens,
+            host_tokens=host_tokens,
             device_tokens=device_tokens,
             positions=dev.positions,
             layout=layout,  # prepared.layout with the model's uploaded indices
@@ -286,12 +337,12 @@ class ModelRunner:
         )
         with guard:
             logits = self.factory.forward(self.model, inp)  # [num_logits, vocab] float32
-        if prepared.draft_logits.size and any(row.request.params.reads_history for row in batch.sampling_rows):
+        if sampling.writes_drafts:
             self._write_drafts_to_history(dev)
-        logits = self._process_logits(batch, prepared, dev, logits, history)
-        sampled = sample(logits, self._sampling_rows(batch, dev))  # [num_logits] int32
+        logits = self._process_logits(sampling, dev, logits, history)
+        sampled = sample(logits, self._sampling_rows(sampling, dev))  # [num_logits] int32
         keep = dev.cu_num_logits[1:] > dev.cu_num_logits[:-1]  # [num_rows] bool: the row samples
-        if np.count_nonzero(prepared.num_drafts):
+        if sampling.has_drafts:
             num_sampled = verify_drafts(
                 sampled, dev.cu_num_logits, dev.slots, mirror.draft_tokens, dev.num_drafts
             )  # [num_rows] int32: 1 + accepted drafts
@@ -309,7 +360,7 @@ class ModelRunner:
             drafts = propose_ngram(
                 mirror.history, dev.slots_long, mirror.num_computed.index_select(0, dev.slots_long) + 1,
                 ngram_size=self.speculative.ngram_size, num_drafts=self.num_drafts,
-                length_bound=int(prepared.seq_lens.max()) + 1,
+                length_bound=sampling.proposal_bound,
             )  # [num_rows, k] int32  # fmt: skip
             mirror.draft_tokens.index_copy_(0, dev.slots_long, drafts)
             packed.append(drafts.flatten())

@@ -92,8 +92,8 @@ def _seeds_by_row(patch: Any) -> None:
     runner = _runner_module()
     rows_of = runner.ModelRunner._sampling_rows
 
-    def by_row(self, batch, dev):
-        rows = rows_of(self, batch, dev)
+    def by_row(self, sampling, dev):
+        rows = rows_of(self, sampling, dev)
         index = torch.arange(dev.sample_slots.shape[0]) % self.mirror.seed.shape[0]
         return dataclasses.replace(rows, seeds=self.mirror.seed[index], temperature=self.mirror.temperature[index])
 

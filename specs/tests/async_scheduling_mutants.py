@@ -41,8 +41,8 @@ def sampling_state_by_row(patch: MutantPatch) -> None:
 
     original = ModelRunner._sampling_rows
 
-    def by_row(self: ModelRunner, batch: Any, dev: Any) -> Any:
-        rows = original(self, batch, dev)
+    def by_row(self: ModelRunner, sampling: Any, dev: Any) -> Any:
+        rows = original(self, sampling, dev)
         mirror = self.mirror
         index = torch.arange(dev.sample_slots.shape[0]) % mirror.seed.shape[0]  # [num_logits]
         return dataclasses.replace(
@@ -176,23 +176,24 @@ def fallback_feeds_drafts_known_at_scheduling(patch: MutantPatch) -> None:
 def bad_words_read_host_table(patch: MutantPatch) -> None:
     runner_module = importlib.import_module("tokenstate.runtime.runner")
     model_runner = runner_module.ModelRunner
-    ban, launch = runner_module.ban_bad_words, model_runner.launch
+    ban, step_sampling = runner_module.ban_bad_words, model_runner._step_sampling
     # What the host's table held when it launched the step (the device work may run later, on the
     # stream, after the host has learnt more): the view a host-side consumer really reads.
     at_launch: dict[int, torch.Tensor] = {}
 
-    def launch_noting_table(self: Any, batch: Any, prepared: Any) -> Any:
-        at_launch[id(batch)] = torch.from_numpy(self.table.ids.copy()).clamp(min=0)
-        return launch(self, batch, prepared)
+    def sampling_noting_table(self: Any, batch: Any, prepared: Any) -> Any:
+        sampling = step_sampling(self, batch, prepared)
+        at_launch[id(sampling)] = torch.from_numpy(self.table.ids.copy()).clamp(min=0)
+        return sampling
 
-    def process_with_host_table(self: Any, batch: Any, prepared: Any, dev: Any, logits: torch.Tensor,
+    def process_with_host_table(self: Any, sampling: Any, dev: Any, logits: torch.Tensor,
                                 history: torch.Tensor) -> torch.Tensor:  # fmt: skip
-        host = at_launch.pop(id(batch), None)
+        host = at_launch.pop(id(sampling), None)
         with _bad_words_history(runner_module, ban, None if host is None else host.to(history.device)):
-            return process(self, batch, prepared, dev, logits, history)
+            return process(self, sampling, dev, logits, history)
 
     process = model_runner._process_logits
-    patch.setattr(model_runner, "launch", launch_noting_table)
+    patch.setattr(model_runner, "_step_sampling", sampling_noting_table)
     patch.setattr(model_runner, "_process_logits", process_with_host_table)
 
 
