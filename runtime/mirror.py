@@ -88,8 +88,13 @@ class _Staging:
             fence.wait()  # its copy (two uploads ago) must have left the buffer
         return turn
 
-    def upload(self, parts: Sequence[np.ndarray]) -> list[torch.Tensor]:
-        """Stage ``parts`` and submit their copy; returns the device views (filled in stream order)."""
+    def stage(self, parts: Sequence[np.ndarray]) -> tuple[int, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        """Write ``parts`` into the host buffer that may be rewritten now (after its fence).
+
+        Returns ``(turn, device prefix, host prefix, device views)``: the caller submits the copy
+        of the host prefix into the device prefix and hands the event behind it to :meth:`fenced`;
+        the views fill in stream order.
+        """
         sizes = [p.shape[0] for p in parts]
         total = sum(sizes)
         if total > self.capacity:
@@ -98,13 +103,24 @@ class _Staging:
         host = self.host[turn][:total]
         np.concatenate(parts, out=host.numpy(), casting="same_kind")
         dev = self.device_buf[:total]  # only the stream writes it, in order: one buffer suffices
-        self.stream.submit(_copy, dev, host, self._pinned)
-        self.fences[turn] = self.stream.record_event()
-        return list(dev.split_with_sizes(sizes))  # torch.split's Python wrapper costs 2 µs more
+        return turn, dev, host, list(dev.split_with_sizes(sizes))  # torch.split's wrapper costs 2 µs more
+
+    def fenced(self, turn: int, event: StreamEvent) -> None:
+        """``event`` follows the copy out of host buffer ``turn``: rewrite the buffer after it only."""
+        self.fences[turn] = event
+
+    def upload(self, parts: Sequence[np.ndarray]) -> list[torch.Tensor]:
+        """Stage ``parts``, submit their copy and fence the buffer behind it; the device views."""
+        turn, dev, host, views = self.stage(parts)
+        self.stream.submit(_copy, ((dev, host),), self._pinned)
+        self.fenced(turn, self.stream.record_event())
+        return views
 
 
-def _copy(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool) -> None:
-    dst.copy_(src, non_blocking=non_blocking)
+def _copy(pairs: tuple[tuple[torch.Tensor, torch.Tensor], ...], non_blocking: bool) -> None:
+    """On the stream: each ``(device, host)`` pair's host buffer into its device buffer."""
+    for dst, src in pairs:
+        dst.copy_(src, non_blocking=non_blocking)
 
 
 class PendingTokens:
@@ -248,27 +264,35 @@ class DeviceMirror:
     def upload(
         self, step: HostStepInputs, plan: IndexPlan | None = None, *, host_ids: bool = True
     ) -> DeviceStepInputs:
-        """Move one step's host inputs to the device in two copies (int32, int64).
+        """Move one step's host inputs to the device: two buffers (int32, int64), one copy task.
 
         The int64 copy also carries the model's index arrays (``plan``), so no forward uploads row
         metadata of its own; ``host_ids=False`` (a step that does not run combine) leaves the host
         ids out: the forward reads them through ``HostTokens``, so an upload here would be unused.
         """
         ids_part = (step.host_tokens.placeholder_buffer().numpy(),) if host_ids else ()
-        *ids, qsl, seq_lens, slots, num_drafts, cu_logits = self._staging.upload((
+        turn, dev, host, views = self._staging.stage((
             *ids_part, step.query_start_loc, step.seq_lens, step.slots, step.num_drafts,
             step.cu_num_logits,
         ))  # fmt: skip
+        *ids, qsl, seq_lens, slots, num_drafts, cu_logits = views
         sample_slots = step.sample_slots.astype(np.int64)  # [num_logits]
         sample_positions = step.sample_positions.astype(np.int64)  # [num_logits]
         history_index = sample_slots * self.max_model_len + sample_positions  # [num_logits] int64
         draft_source = sample_slots[step.draft_logits] * self.draft_tokens.shape[1] + step.draft_rank  # [num_draft_logits]
         model_arrays = () if plan is None else plan.arrays
-        (positions, slots_long, logits_idx, sample_slots_t, out_idx, sample_pos,
-         history_index_t, draft_history_index, draft_source_t, *model_indices) = self._staging_long.upload((
+        turn_long, dev_long, host_long, views = self._staging_long.stage((
             step.positions, step.slots, step.logits_indices, sample_slots, step.sample_output_index,
             sample_positions, history_index, history_index[step.draft_logits], draft_source, *model_arrays,
         ))  # fmt: skip
+        (positions, slots_long, logits_idx, sample_slots_t, out_idx, sample_pos,
+         history_index_t, draft_history_index, draft_source_t, *model_indices) = views  # fmt: skip
+        # One task copies both buffers and one event fences both: a step's upload is a single
+        # hand-over to the stream (on a device process, one task to unpickle instead of two).
+        self.stream.submit(_copy, ((dev, host), (dev_long, host_long)), self._staging._pinned)
+        event = self.stream.record_event()
+        self._staging.fenced(turn, event)
+        self._staging_long.fenced(turn_long, event)
         return DeviceStepInputs(
             host_ids=ids[0] if ids else None,
             positions=positions,
