@@ -48,7 +48,7 @@ from tokenstate.runtime.kernels import StepGuard, combine, post_update, verify_d
 from tokenstate.runtime.mirror import DeviceMirror, DeviceStepInputs, PendingTokens
 from tokenstate.runtime.penalties import apply_penalties, ban_bad_words, plan_bad_words
 from tokenstate.runtime.registry import ModelFactory
-from tokenstate.runtime.sampler import SamplingRows, sample
+from tokenstate.runtime.sampler import SamplingRows, sample, sample_greedy
 from tokenstate.runtime.scheduler import Request, ScheduledBatch
 from tokenstate.runtime.spec_decode import propose_ngram
 from tokenstate.runtime.stream import stream_for
@@ -340,7 +340,10 @@ class ModelRunner:
         if sampling.writes_drafts:
             self._write_drafts_to_history(dev)
         logits = self._process_logits(sampling, dev, logits, history)
-        sampled = sample(logits, self._sampling_rows(sampling, dev))  # [num_logits] int32
+        if sampling.all_greedy:  # the argmax reads no per-row parameter: gather none
+            sampled = sample_greedy(logits)  # [num_logits] int32
+        else:
+            sampled = sample(logits, self._sampling_rows(sampling, dev))  # [num_logits] int32
         keep = dev.cu_num_logits[1:] > dev.cu_num_logits[:-1]  # [num_rows] bool: the row samples
         if sampling.has_drafts:
             num_sampled = verify_drafts(

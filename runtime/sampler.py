@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SamplingRows", "sample", "uniform_draws"]
+__all__ = ["SamplingRows", "sample", "sample_greedy", "uniform_draws"]
 
 _MASK32 = 0xFFFFFFFF
 # Multipliers below 2**31 keep every product of a 32-bit value inside int64: no overflow, no UB.
@@ -99,11 +99,17 @@ def _greedy(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=1)
 
 
+def sample_greedy(logits: torch.Tensor) -> torch.Tensor:
+    """``[rows]`` int32: each row's argmax token — :func:`sample` when every row is greedy, which
+    reads no per-row parameter (a caller that knows it gathers none)."""
+    return _greedy(logits).to(torch.int32)
+
+
 def sample(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
     """Sample one token per row of ``logits`` (``[rows, vocab]`` float32) → ``[rows]`` int32."""
-    greedy_pick = _greedy(logits)  # [rows] int64
     if rows.all_greedy:
-        return greedy_pick.to(torch.int32)
+        return sample_greedy(logits)
+    greedy_pick = _greedy(logits)  # [rows] int64
     is_greedy = rows.temperature == 0  # [rows] bool
     temperature = torch.where(is_greedy, torch.ones_like(rows.temperature), rows.temperature)
     scaled = logits / temperature.unsqueeze(1)  # [rows, vocab]

@@ -70,3 +70,26 @@ def test_the_runner_validates_its_kernel_operands_in_full_checks_mode_only(mode,
         LLM(toy_factory()).generate([[5, 6, 7]], SamplingParams(max_tokens=3))
     assert seen["combine"] and seen["post_update"]
     assert set(seen["combine"]) == set(seen["post_update"]) == {mode == "full"}
+
+
+def test_only_steps_with_a_sampled_row_gather_the_rows_sampling_parameters(monkeypatch):
+    # The host decides per step what the device work needs (StepSampling): an all-greedy step
+    # takes the argmax and gathers no temperature, top-k/top-p or seed, a mixed one gathers them.
+    from tokenstate.runtime.runner import ModelRunner
+
+    gathered: list[int] = []
+    original = ModelRunner._sampling_rows
+
+    def counting(self, sampling, dev):
+        gathered.append(sampling.num_logits)
+        return original(self, sampling, dev)
+
+    monkeypatch.setattr(ModelRunner, "_sampling_rows", counting)
+    llm = LLM(toy_factory(), max_num_seqs=2)
+    greedy = llm.generate([[5, 6, 7], [8, 9]], SamplingParams(max_tokens=4))
+    assert gathered == [] and all(len(o.token_ids) == 4 for o in greedy)
+    llm.generate(
+        [[5, 6, 7], [8, 9]],
+        [SamplingParams(max_tokens=4), SamplingParams(max_tokens=4, temperature=0.8, seed=1)],
+    )
+    assert gathered and all(n == 2 for n in gathered)
