@@ -19,8 +19,8 @@ process through a pipe:
 * a host buffer both sides touch (upload staging, step results) is shared memory
   (:meth:`~ProcessStream.host_buffer`, a ``memfd`` both processes map), so the device reads what
   the host staged and the host reads what the device wrote — after the event, as on a GPU;
-* everything else (a step's host arrays, its batch rows) is copied; a request travels as its
-  sampling parameters only (all a device task reads of it).
+* everything else (the step's host ids, its layout and index plan, the host's ``StepSampling``) is
+  copied; a request travels as its sampling parameters only (all a device task reads of it).
 
 Events are markers in the same pipe: the device process answers one when it reaches it, so an event
 is passed exactly when every task submitted before it has run. A task's exception is kept, skips the
@@ -35,9 +35,10 @@ core computes and another hosts — the shape of a GPU server. Chaos mode pauses
 before its tasks and the host at its hand-over points. The device's side of the pipe is
 :mod:`tokenstate.runtime._device_process`.
 
-What it buys, measured on a 2-core machine: about even with the synchronous engine (0.97–1.07x),
-since a step's inputs cost about 0.25 ms to pickle on each side and the host's share of a step is
-small (*Runner paths → The device process*; *Design notes → The device process*).
+What it buys, measured on a 2-core machine: 1.07–1.10x the synchronous engine on tiny-llama (a
+third of whose step is host work) and about even on a model whose forward dominates; each step's
+hand-over costs the device process about 0.16 ms of unpickling (*Runner paths → The device
+process*; *Design notes → The device process*).
 """
 
 from __future__ import annotations
