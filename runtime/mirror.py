@@ -88,7 +88,9 @@ class _Staging:
             fence.wait()  # its copy (two uploads ago) must have left the buffer
         return turn
 
-    def stage(self, parts: Sequence[np.ndarray]) -> tuple[int, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    def stage(
+        self, parts: Sequence[np.ndarray]
+    ) -> tuple[int, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
         """Write ``parts`` into the host buffer that may be rewritten now (after its fence).
 
         Returns ``(turn, device prefix, host prefix, device views)``: the caller submits the copy
@@ -103,10 +105,11 @@ class _Staging:
         host = self.host[turn][:total]
         np.concatenate(parts, out=host.numpy(), casting="same_kind")
         dev = self.device_buf[:total]  # only the stream writes it, in order: one buffer suffices
-        return turn, dev, host, list(dev.split_with_sizes(sizes))  # torch.split's wrapper costs 2 µs more
+        views = list(dev.split_with_sizes(sizes))  # torch.split's Python wrapper costs 2 µs more
+        return turn, dev, host, views
 
     def fenced(self, turn: int, event: StreamEvent) -> None:
-        """``event`` follows the copy out of host buffer ``turn``: rewrite the buffer after it only."""
+        """``event`` follows the copy out of host buffer ``turn``: rewrite it only after the event."""
         self.fences[turn] = event
 
     def upload(self, parts: Sequence[np.ndarray]) -> list[torch.Tensor]:

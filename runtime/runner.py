@@ -242,8 +242,9 @@ class ModelRunner:
         return self.mirror.history  # [num_slots, max_model_len] int32
 
     def _process_logits(
-        self, sampling: StepSampling, dev: DeviceStepInputs, logits: torch.Tensor, history: torch.Tensor
-    ) -> torch.Tensor:
+        self, sampling: StepSampling, dev: DeviceStepInputs, logits: torch.Tensor,
+        history: torch.Tensor,
+    ) -> torch.Tensor:  # fmt: skip
         """Penalties and bad words, from the device history (``logits`` ``[num_logits, vocab]``)."""
         mirror, slots = self.mirror, dev.sample_slots
         if sampling.any_penalty:
