@@ -68,7 +68,6 @@ class _Staging:
     def __init__(self, stream: DeviceStream, capacity: int, dtype: torch.dtype) -> None:
         self.stream = stream
         self.dtype = dtype
-        self._pinned = stream.device.type == "cuda"
         self._alloc(capacity)
 
     def _alloc(self, capacity: int) -> None:
@@ -115,9 +114,20 @@ class _Staging:
     def upload(self, parts: Sequence[np.ndarray]) -> list[torch.Tensor]:
         """Stage ``parts``, submit their copy and fence the buffer behind it; the device views."""
         turn, dev, host, views = self.stage(parts)
-        self.stream.submit(_copy, ((dev, host),), self._pinned)
-        self.fenced(turn, self.stream.record_event())
+        _submit_copy(self.stream, ((self, turn, dev, host),))
         return views
+
+
+def _submit_copy(
+    stream: DeviceStream, staged: Sequence[tuple[_Staging, int, torch.Tensor, torch.Tensor]]
+) -> None:
+    """One stream task copies every staged ``(staging, turn, device prefix, host prefix)``, and the
+    one event behind it fences each host buffer written (a step's upload is a single hand-over)."""
+    pinned = stream.device.type == "cuda"  # CUDA stages in pinned memory: the copy need not block
+    stream.submit(_copy, tuple((dev, host) for _, _, dev, host in staged), pinned)
+    event = stream.record_event()
+    for staging, turn, _, _ in staged:
+        staging.fenced(turn, event)
 
 
 def _copy(pairs: tuple[tuple[torch.Tensor, torch.Tensor], ...], non_blocking: bool) -> None:
@@ -290,12 +300,10 @@ class DeviceMirror:
         ))  # fmt: skip
         (positions, slots_long, logits_idx, sample_slots_t, out_idx, sample_pos,
          history_index_t, draft_history_index, draft_source_t, *model_indices) = views  # fmt: skip
-        # One task copies both buffers and one event fences both: a step's upload is a single
-        # hand-over to the stream (on a device process, one task to unpickle instead of two).
-        self.stream.submit(_copy, ((dev, host), (dev_long, host_long)), self._staging._pinned)
-        event = self.stream.record_event()
-        self._staging.fenced(turn, event)
-        self._staging_long.fenced(turn_long, event)
+        # Both buffers in one copy task (on a device process, one task to unpickle instead of two).
+        _submit_copy(self.stream, (
+            (self._staging, turn, dev, host), (self._staging_long, turn_long, dev_long, host_long),
+        ))  # fmt: skip
         return DeviceStepInputs(
             host_ids=ids[0] if ids else None,
             positions=positions,
