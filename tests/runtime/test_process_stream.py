@@ -53,8 +53,9 @@ def _fail_unpicklably() -> None:
     raise LocalError("a device-only error type")
 
 
-@pytest.fixture
-def started() -> tuple[ProcessStream, _DeviceState, torch.Tensor]:
+@pytest.fixture(params=["spin", "block"])
+def started(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> tuple[ProcessStream, _DeviceState, torch.Tensor]:
+    monkeypatch.setenv(process_stream.HOST_WAIT_ENV, request.param)  # every fence, either way of waiting
     stream = ProcessStream()
     host = stream.host_buffer(8, torch.int64)  # [8]: both processes map it
     state = _DeviceState()
@@ -130,6 +131,29 @@ def test_close_stops_the_device_process_and_a_closed_stream_says_so() -> None:
     with pytest.raises(TokenStateError, match="process stream: closed"):
         stream.submit(_fill, torch.zeros(1), 1)
     stream.close()  # idempotent
+
+
+def test_the_host_wait_mode_comes_from_the_environment_and_a_wrong_one_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(process_stream.HOST_WAIT_ENV, raising=False)
+    assert ProcessStream()._spin == process_stream.HOST_SPIN_SECONDS  # spin by default
+    monkeypatch.setenv(process_stream.HOST_WAIT_ENV, " Block ")
+    assert ProcessStream()._spin == 0
+    monkeypatch.setenv(process_stream.HOST_WAIT_ENV, "busy")
+    with pytest.raises(ConfigError, match="TOKENSTATE_HOST_WAIT='busy' is not a host wait mode; valid values: spin, block"):
+        ProcessStream()
+
+
+def test_a_host_waiting_longer_than_its_spin_sleeps_and_still_sees_the_event(started) -> None:
+    stream, _, host = started
+    stream.submit(time.sleep, 0.3)
+    stream.submit(_fill, host[:1], 4)
+    cpu_before = time.process_time()
+    stream.synchronize()
+    assert host[0].item() == 4
+    # Either way the host slept through most of the wait: it polls for 2 ms at most.
+    assert time.process_time() - cpu_before < 0.1
 
 
 def test_the_device_process_needs_linux(monkeypatch: pytest.MonkeyPatch) -> None:
