@@ -291,17 +291,9 @@ def _bad_words_host(patch: Any) -> None:
     _spec_mutant("bad_words_read_host_table")(patch)
 
 
-@mutant("penalties-read-host-table", "history readers", "repetition/presence/frequency penalties read the host token table")
+@mutant("penalties-read-host-table", "history readers", "repetition/presence/frequency penalties read the host token table (spec ASY-19)")
 def _penalties_host(patch: Any) -> None:
-    runner = _runner_module()
-    apply = runner.apply_penalties
-
-    def host(logits, history, *args, **kwargs):
-        table = torch.from_numpy(_CURRENT[-1].table.ids).clamp(min=0)
-        return apply(logits, table, *args, **kwargs)
-
-    _note_runner(patch)
-    patch.setattr(runner, "apply_penalties", host)
+    _spec_mutant("penalties_read_host_table")(patch)
 
 
 @mutant("proposer-reads-host-table", "history readers", "the n-gram proposer reads the host token table (placeholders and all)")

@@ -221,6 +221,14 @@ def _history_readers(ctx: MatrixContext) -> CellPlan:
     return CellPlan(_history_params(ctx), {"scheduling_order": "random", "seed": ctx.seed + 5}, oracle=False)
 
 
+def _history_readers_device_first(ctx: MatrixContext) -> CellPlan:
+    # Inline, a step's device work runs as it is submitted, before the host resolves the step
+    # before it: a history reader that looks at the host's table then always misses the newest
+    # token. On the threaded stream the host usually records that token first, and the bug hides.
+    plan = _history_readers(ctx)
+    return dataclasses.replace(plan, engine={**plan.engine, "cpu_stream": "inline"})
+
+
 def _spec_engine() -> dict[str, Any]:
     return {"speculative": {"method": "ngram", "num_tokens": 3}}
 
@@ -426,6 +434,11 @@ CELLS: tuple[ScheduleCell, ...] = (
     ScheduleCell(
         "penalties + bad words", "history readers: penalties, bad words, seeded sampling read the history",
         _history_readers, _history_conditions,
+    ),
+    ScheduleCell(
+        "penalties + bad words, device first", "the history readers with every step's device work run "
+        "as it is submitted (inline stream), before the host learns the previous step's token",
+        _history_readers_device_first, _history_conditions,
     ),
     ScheduleCell(
         "n-gram drafts", "speculative decoding: draft positions spliced, accepted and rejected",

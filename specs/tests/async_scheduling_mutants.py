@@ -314,6 +314,34 @@ gate_misses_record_into_lost_slot = mutant(
 
 
 @mutant(
+    "ASY-19/penalties-read-host-table",
+    doc="Repetition, presence and frequency penalties count the host's token table (placeholders "
+    "read as token 0), looked at when the step's device work runs, instead of the device history; "
+    "bad words keep the device history. Wrong exactly when the device runs before the host has "
+    "recorded the previous step's token — always inline, rarely on the threaded stream.",
+)
+def penalties_read_host_table(patch: MutantPatch) -> None:
+    runner_module = importlib.import_module("tokenstate.runtime.runner")
+    model_runner = runner_module.ModelRunner
+    apply, process = runner_module.apply_penalties, model_runner._process_logits
+    running: list[Any] = []  # the runner whose logits are being processed
+
+    def process_noting_runner(self: Any, *args: Any) -> torch.Tensor:
+        running.append(self)
+        try:
+            return process(self, *args)
+        finally:
+            running.pop()
+
+    def penalties_from_host_table(logits: torch.Tensor, history: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        table = torch.from_numpy(running[-1].table.ids).clamp(min=0).to(history.device)
+        return apply(logits, table, *args, **kwargs)
+
+    patch.setattr(model_runner, "_process_logits", process_noting_runner)
+    patch.setattr(runner_module, "apply_penalties", penalties_from_host_table)
+
+
+@mutant(
     "ASY-7/drafts-only-for-plain-greedy",
     doc="The scheduler proposes drafts only for greedy requests that read no history (the rule "
     "before drafts were verified by the sampled token): every request with a temperature, a "

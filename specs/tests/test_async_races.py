@@ -24,6 +24,7 @@ from .async_scheduling_mutants import (
     fallback_feeds_drafts_known_at_scheduling,
     gate_misses_record_into_lost_slot,
     no_stall_detection,
+    penalties_read_host_table,
     readmit_with_token_in_flight,
     record_into_lost_slot,
     recurrent_drafts_not_rolled_back,
@@ -150,19 +151,25 @@ def test_the_audit_catches_a_dropped_token_of_a_preempted_request():
 REFERENCE_MODELS = ("tiny-llama", "tiny-nemotron-h", "tiny-kimi-linear")
 
 
-def _handover_cell(preset: str) -> CellReport:
-    """The gate's "slot handover in flight" cell on one reference model, as the gate runs it."""
+def _gate_cell(preset: str, name: str) -> CellReport:
+    """The gate's schedule-matrix cell ``name`` on one reference model, as the gate runs it."""
     config = GateConfig(oracle=False)
     first = LLM(preset, async_scheduling=False, max_num_seqs=config.max_num_seqs,
                 max_num_batched_tokens=config.max_num_batched_tokens, seed=config.seed)  # fmt: skip
     prompts = builtin_prompts(first.model.vocab_size, first.model.max_model_len, config)
+    # The cells that take stop ids or bad words from the baseline's output need it.
+    baseline = [o.token_ids for o in first.generate(prompts, SamplingParams(max_tokens=config.max_tokens, ignore_eos=True))]
     context = MatrixContext(
-        factory=_shared_model(first), prompts=prompts, baseline=[], max_tokens=config.max_tokens,
+        factory=_shared_model(first), prompts=prompts, baseline=baseline, max_tokens=config.max_tokens,
         max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
         max_model_len=first.model.max_model_len, seed=config.seed, device=config.device,
         checks=None, oracle=None,
     )  # fmt: skip
-    return run_cell(next(c for c in CELLS if c.name == "slot handover in flight"), context)
+    return run_cell(next(c for c in CELLS if c.name == name), context)
+
+
+def _handover_cell(preset: str) -> CellReport:
+    return _gate_cell(preset, "slot handover in flight")
 
 
 @pytest.mark.paid("ASY-15", before=gate_misses_record_into_lost_slot)
@@ -179,3 +186,10 @@ def test_the_gate_catches_a_readmission_with_a_token_in_flight():
         cell = _handover_cell(preset)
         assert cell.passed, (preset, cell.errors, [c.describe() for c in cell.conditions])
         assert cell.stats["async"]["readmissions_held_in_flight"] > 0, preset
+
+
+@pytest.mark.paid("ASY-19", before=penalties_read_host_table)
+def test_the_gate_catches_penalties_that_read_the_host_table():
+    for preset in REFERENCE_MODELS:
+        cell = _gate_cell(preset, "penalties + bad words, device first")
+        assert cell.passed, (preset, cell.errors, [c.describe() for c in cell.conditions])
