@@ -17,6 +17,13 @@ and prints a table: mutant → caught by tests / caught by verify --quick / caug
     python scripts/mutant_matrix.py --only NAME ... # a few
     python scripts/mutant_matrix.py --list
 
+A mutant must model its bug in the code as it is now: ``tests/tools/test_mutant_matrix.py`` runs
+each one and refuses an error raised by the mutant's own code (a wrapper whose signature rotted
+crashes the engine, and a crash would count as a catch). An equivalent mutant is dropped, not kept
+as a miss: ``draft-checkpoint-survives-reset`` (``DraftTracker.reset`` a no-op) changes nothing in
+the runtime, whose tracker ignores a slot's pending checkpoint at its new owner's first row (every
+admission prefills from position 0).
+
 The spec step of ``verify`` re-runs the spec tests, which (a) already covers; (b) is the rest of the
 main job: the routing checker reads source files, so a runtime monkeypatch is invisible to it, and
 the gate is what must catch these.
@@ -36,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,11 +113,11 @@ def _last_sampled_by_row(patch: Any) -> None:
     runner = _runner_module()
     update = runner.post_update
 
-    def by_row(sampled, cu, num_sampled, keep, qsl, num_drafts, slots, last_sampled, num_computed):
+    def by_row(sampled, cu, num_sampled, keep, qsl, num_drafts, slots, last_sampled, num_computed, **options):
         rows = torch.arange(slots.shape[0], dtype=slots.dtype) % last_sampled.shape[0]
         scratch = last_sampled.clone()
-        update(sampled, cu, num_sampled, keep, qsl, num_drafts, rows, scratch, num_computed.clone())
-        update(sampled, cu, num_sampled, keep, qsl, num_drafts, slots, last_sampled.clone(), num_computed)
+        update(sampled, cu, num_sampled, keep, qsl, num_drafts, rows, scratch, num_computed.clone(), **options)
+        update(sampled, cu, num_sampled, keep, qsl, num_drafts, slots, last_sampled.clone(), num_computed, **options)
         last_sampled.copy_(scratch)
 
     patch.setattr(runner, "post_update", by_row)
@@ -121,10 +129,12 @@ def _history_by_row(patch: Any) -> None:
 
     upload = DeviceMirror.upload
 
-    def by_row(self, step):
-        dev = upload(self, step)
-        rows = torch.arange(dev.sample_slots.shape[0]) % self.history.shape[0]
-        return dataclasses.replace(dev, history_index=rows * self.max_model_len + dev.sample_positions)
+    def by_row(self, step, *args, **kwargs):
+        dev = upload(self, step, *args, **kwargs)
+        # From the host's arrays: the device views fill only when the stream runs the copy.
+        rows = np.arange(step.sample_slots.shape[0]) % self.history.shape[0]
+        index = rows * self.max_model_len + step.sample_positions.astype(np.int64)
+        return dataclasses.replace(dev, history_index=torch.from_numpy(index).to(self.device))
 
     patch.setattr(DeviceMirror, "upload", by_row)
 
@@ -218,13 +228,6 @@ def _sampling_not_reseeded(patch: Any) -> None:
     patch.setattr(DeviceMirror, "admit", keeping)
 
 
-@mutant("draft-checkpoint-survives-reset", "slot reuse", "a recurrent model's pending draft checkpoint survives reset_slot (new owner restores it)")
-def _draft_checkpoint_survives(patch: Any) -> None:
-    from tokenstate.models.draft_checkpoints import DraftTracker
-
-    patch.setattr(DraftTracker, "reset", lambda self, slot: None)
-
-
 @mutant("resumed-history-prompt-only", "slot reuse", "a resumed request's device history is reseeded with its prompt only")
 def _history_prompt_only(patch: Any) -> None:
     from tokenstate.runtime.mirror import DeviceMirror
@@ -233,9 +236,14 @@ def _history_prompt_only(patch: Any) -> None:
 
     def prompt_only(self, requests):
         admit(self, requests)
-        for r in requests:
-            n = len(r.prompt)
-            self.history[r.slot, n : n + len(r.output_token_ids)] = 0
+        spans = [(r.slot, len(r.prompt), len(r.output_token_ids)) for r in requests if r.output_token_ids]
+
+        def forget_outputs() -> None:  # on the stream, right behind the reseed (not racing it)
+            for slot, start, count in spans:
+                self.history[slot, start : start + count] = 0
+
+        if spans:
+            self.stream.submit(forget_outputs)
 
     patch.setattr(DeviceMirror, "admit", prompt_only)
 
@@ -248,9 +256,9 @@ def _last_sampled_stale(patch: Any) -> None:
     runner = _runner_module()
     update = runner.post_update
 
-    def stale(sampled, cu, num_sampled, keep, qsl, num_drafts, slots, last_sampled, num_computed):
+    def stale(sampled, cu, num_sampled, keep, qsl, num_drafts, slots, last_sampled, num_computed, **options):
         before = last_sampled.clone()
-        update(sampled, cu, num_sampled, keep, qsl, num_drafts, slots, last_sampled, num_computed)
+        update(sampled, cu, num_sampled, keep, qsl, num_drafts, slots, last_sampled, num_computed, **options)
         drafted = slots[num_drafts > 0].long()
         last_sampled[drafted] = before[drafted]
 
@@ -263,9 +271,11 @@ def _history_off_by_one(patch: Any) -> None:
 
     upload = DeviceMirror.upload
 
-    def early(self, step):
-        dev = upload(self, step)
-        return dataclasses.replace(dev, history_index=dev.history_index - 1)
+    def early(self, step, *args, **kwargs):
+        dev = upload(self, step, *args, **kwargs)
+        # From the host's arrays: the device views fill only when the stream runs the copy.
+        index = step.sample_slots.astype(np.int64) * self.max_model_len + step.sample_positions - 1
+        return dataclasses.replace(dev, history_index=torch.from_numpy(index.astype(np.int64)).to(self.device))
 
     patch.setattr(DeviceMirror, "upload", early)
 
@@ -304,7 +314,7 @@ def _proposer_host(patch: Any) -> None:
     def host(history, *args, **kwargs):
         return propose(torch.from_numpy(_CURRENT[-1].table.ids.copy()), *args, **kwargs)
 
-    _note_runner(patch, method="_launch")
+    _note_runner(patch, method="_device_step")  # where the proposer runs: on the stream
     patch.setattr(runner, "propose_ngram", host)
 
 
