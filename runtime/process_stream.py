@@ -257,7 +257,8 @@ class ProcessStream:
         self._device_tensors: dict[int, tuple[int, str]] = {}  # storage -> (object id, attribute)
         self._guards: dict[int, tuple[int, StepGuard]] = {}
         self._spin = HOST_SPIN_SECONDS if host_wait_mode() == "spin" else 0.0
-        self._replies_ready: Callable[[], bool] | None = None  # a look at the reply pipe (start())
+        # Whether a reply is waiting (a look, never a wait); start() points it at the reply pipe.
+        self._replies_ready: Callable[[], bool] = lambda: False
         self._dispatch = _host_dispatch(self, ())
         self._link = _Link()
         _live[id(self)] = self
@@ -337,7 +338,7 @@ class ProcessStream:
         self._link.replies = Connection(reply_r, writable=False)
         poller = select.poll()
         poller.register(reply_r, select.POLLIN)
-        self._replies_ready = lambda: bool(poller.poll(0))  # a look, never a wait
+        self._replies_ready = lambda: bool(poller.poll(0))  # readable or closed: one poll(2) call
 
     # -- the stream interface ---------------------------------------------------------------------
 
@@ -398,7 +399,7 @@ class ProcessStream:
     def _drain(self) -> None:
         """Handle every reply already there (never blocks)."""
         self._flush()
-        while self._link.replies is not None and self._link.replies.poll():
+        while self._link.replies is not None and self._replies_ready():
             self._handle(self._link.replies)
 
     def _wait(self, index: int) -> None:
@@ -407,7 +408,7 @@ class ProcessStream:
         while self._passed < index:
             if self._link.replies is None:
                 raise TokenStateError("process stream: closed; start a new LLM.")
-            if self._spin and self._replies_ready is not None and not self._replies_ready():
+            if self._spin and not self._replies_ready():
                 # Poll before sleeping (see host_wait_mode): the answer usually comes within a step.
                 now = time.perf_counter()
                 if spin_until is None:
