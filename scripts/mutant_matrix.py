@@ -123,6 +123,13 @@ def _last_sampled_by_row(patch: Any) -> None:
     patch.setattr(runner, "post_update", by_row)
 
 
+def _host_history_index(mirror: Any, rows: np.ndarray, positions: np.ndarray) -> torch.Tensor:
+    """``[n]`` int64 flat history indices of ``(row, position)`` pairs, from the host's arrays (a
+    mutant computing them from the upload's device views would read them before the copy ran)."""
+    index = rows.astype(np.int64) * mirror.max_model_len + positions.astype(np.int64)
+    return torch.from_numpy(index).to(mirror.device)
+
+
 @mutant("history-by-row", "row order", "sampled tokens written into the device history of history[row]")
 def _history_by_row(patch: Any) -> None:
     from tokenstate.runtime.mirror import DeviceMirror
@@ -131,10 +138,8 @@ def _history_by_row(patch: Any) -> None:
 
     def by_row(self, step, *args, **kwargs):
         dev = upload(self, step, *args, **kwargs)
-        # From the host's arrays: the device views fill only when the stream runs the copy.
         rows = np.arange(step.sample_slots.shape[0]) % self.history.shape[0]
-        index = rows * self.max_model_len + step.sample_positions.astype(np.int64)
-        return dataclasses.replace(dev, history_index=torch.from_numpy(index).to(self.device))
+        return dataclasses.replace(dev, history_index=_host_history_index(self, rows, step.sample_positions))
 
     patch.setattr(DeviceMirror, "upload", by_row)
 
@@ -273,9 +278,7 @@ def _history_off_by_one(patch: Any) -> None:
 
     def early(self, step, *args, **kwargs):
         dev = upload(self, step, *args, **kwargs)
-        # From the host's arrays: the device views fill only when the stream runs the copy.
-        index = step.sample_slots.astype(np.int64) * self.max_model_len + step.sample_positions - 1
-        return dataclasses.replace(dev, history_index=torch.from_numpy(index.astype(np.int64)).to(self.device))
+        return dataclasses.replace(dev, history_index=_host_history_index(self, step.sample_slots, step.sample_positions - 1))
 
     patch.setattr(DeviceMirror, "upload", early)
 
