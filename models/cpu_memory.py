@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from tokenstate.runtime.prefault import note_lazy_pages
+
 __all__ = ["HUGE_PAGE_BYTES", "HugePageBacking", "huge_page_backing", "huge_page_zeros"]
 
 HUGE_PAGE_BYTES = 2 * 1024 * 1024
@@ -32,8 +34,10 @@ def huge_page_zeros(*shape: int, dtype: torch.dtype) -> Tensor:
 
     The memory is an anonymous mapping (zero-filled by the kernel, so nothing is written here),
     advised before its first touch and aligned to :data:`HUGE_PAGE_BYTES`, so the kernel can back
-    it with huge pages as the tensor is first written. The tensor keeps the mapping alive. Falls
-    back to :func:`torch.zeros` where the advice is unavailable or the buffer is under one huge page.
+    it with huge pages as the tensor is first written. The tensor keeps the mapping alive. It is
+    noted as not yet backed (:func:`tokenstate.runtime.prefault.note_lazy_pages`): an engine faults
+    it in when it starts, in the process that will write it. Falls back to :func:`torch.zeros`
+    where the advice is unavailable or the buffer is under one huge page.
     """
     nbytes = math.prod(shape) * dtype.itemsize
     if _ADVICE is None or nbytes < HUGE_PAGE_BYTES:
@@ -50,7 +54,9 @@ def huge_page_zeros(*shape: int, dtype: torch.dtype) -> Tensor:
         pass
     raw = torch.frombuffer(mapping, dtype=torch.uint8)  # shares the mapping and holds a reference
     start = -raw.data_ptr() % HUGE_PAGE_BYTES
-    return raw[start : start + nbytes].view(dtype).view(shape)
+    tensor = raw[start : start + nbytes].view(dtype).view(shape)
+    note_lazy_pages(tensor)
+    return tensor
 
 
 @dataclass(frozen=True, slots=True)

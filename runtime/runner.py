@@ -47,6 +47,7 @@ from tokenstate.runtime.input_prep import (
 from tokenstate.runtime.kernels import StepGuard, combine, post_update, verify_drafts
 from tokenstate.runtime.mirror import DeviceMirror, DeviceStepInputs, PendingTokens
 from tokenstate.runtime.penalties import apply_penalties, ban_bad_words, plan_bad_words
+from tokenstate.runtime.prefault import fault_in_lazy_pages
 from tokenstate.runtime.registry import ModelFactory
 from tokenstate.runtime.sampler import SamplingRows, sample, sample_greedy
 from tokenstate.runtime.scheduler import Request, ScheduledBatch
@@ -133,7 +134,13 @@ class ModelRunner:
             model.allocate_slots(max_num_seqs)
         # The device side is complete: a stream whose device is another process forks it here.
         self.stream.start((self, self.model, *self.mirror.device_objects()))
+        # Its first task backs the slot state with memory, so no request pays those page faults.
+        self.stream.submit(self._fault_in_slot_state)
         self._num_launched = 0
+
+    def _fault_in_slot_state(self) -> None:
+        """Device task: back the model's lazily mapped slot state (KV caches) with memory now."""
+        fault_in_lazy_pages(self.model)
 
     def prepare(self, batch: ScheduledBatch) -> HostStepInputs:
         """Admit the batch's new requests and build its host inputs (placeholders where stale)."""
