@@ -82,10 +82,10 @@ def _populate(tensor: torch.Tensor) -> bool:
 
 def _write_each_page(tensor: torch.Tensor) -> None:
     """Fault in by writing each page's first element back to itself (any dtype, any values)."""
-    flat = tensor.view(-1)  # noted buffers are contiguous
     step = max(1, mmap.PAGESIZE // tensor.element_size())
-    firsts = flat[::step]  # [ceil(numel / step)], one element per page
-    firsts.copy_(firsts.clone())
+    with torch.inference_mode():  # an engine's caches are inference tensors, written in place here
+        firsts = tensor.view(-1)[::step]  # [ceil(numel / step)], one element per page (contiguous)
+        firsts.copy_(firsts.clone())
 
 
 _libc_handle: Any = None

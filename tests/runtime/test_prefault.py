@@ -65,7 +65,10 @@ def test_only_the_buffers_the_root_holds_are_faulted_in() -> None:
     assert lazy_page_bytes(plain) == 0 and fault_in_lazy_pages(object()) == 0
 
 
-def test_an_engine_backs_its_kv_caches_when_it_starts() -> None:
+@pytest.mark.parametrize("populate", [True, False], ids=["madvise", "write-each-page"])
+def test_an_engine_backs_its_kv_caches_when_it_starts(populate: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not populate:
+        monkeypatch.setattr(prefault, "_populate", lambda tensor: False)
     llm = LLM("tiny-llama", max_num_seqs=8)  # each cache 2 MiB: lazily mapped
     attention = llm.model.model.layers[0].self_attn
     assert attention.k_cache.nbytes >= HUGE_PAGE_BYTES
