@@ -56,3 +56,14 @@ def compiled_stack_never_rechecks_weights(patch: MutantPatch) -> None:
         self._projections = []
 
     patch.setattr(DenseModel, "compile_layers", without_recheck)
+
+
+@mutant(
+    "CPU-6/caches-backed-at-first-write",
+    doc="The engine does not fault its model's KV caches in when it starts: each slot's pages are "
+    "backed by the kernel when a step first writes them, so the first requests pay the page faults.",
+)
+def caches_backed_at_first_write(patch: MutantPatch) -> None:
+    from tokenstate.runtime.runner import ModelRunner
+
+    patch.setattr(ModelRunner, "_fault_in_slot_state", lambda self: None)

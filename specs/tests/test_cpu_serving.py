@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import resource
+
 import pytest
 import torch
 from torch import nn
@@ -9,11 +11,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tokenstate.contracts import BatchLayout, ForwardInput, HostTokens
 from tokenstate.models import cpu_gemm, fused_linear
+from tokenstate.models.cpu_memory import huge_page_backing
 from tokenstate.models.fused_linear import FusedProjection, onednn_packing_available
 from tokenstate.models.llama import FACTORY
+from tokenstate.runtime import LLM, SamplingParams
+from tokenstate.runtime.prefault import lazy_page_bytes
+from tokenstate.runtime.process_stream import process_stream_available
 
 from ._recorded import recorded_rows
 from .cpu_serving_mutants import (
+    caches_backed_at_first_write,
     compiled_stack_never_rechecks_weights,
     gathers_the_caches,
     packed_cache_never_revalidated,
@@ -142,6 +149,37 @@ def test_compiled_stack_never_serves_a_stale_weight() -> None:
             model.model.layers[0].mlp.load_state_dict(new_mlp)  # reloaded
         same_logits()
     assert compiled.model._compiled_layers is not None
+
+
+def _faults_to_write(t: torch.Tensor) -> int:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    with torch.inference_mode():  # an engine's caches are inference tensors
+        t.fill_(2.0)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def _device_lazy_bytes(model: nn.Module, dst: torch.Tensor) -> None:
+    dst.fill_(lazy_page_bytes(model))
+
+
+@pytest.mark.skipif(not process_stream_available(), reason="lazily mapped caches and the device process need Linux")
+@pytest.mark.paid("CPU-6", before=caches_backed_at_first_write)
+def test_an_engine_starts_with_its_kv_caches_backed() -> None:
+    llm = LLM("tiny-llama", max_num_seqs=8)  # each cache 2 MiB: mapped onto huge pages, lazily
+    caches = [t for layer in llm.model.model.layers for t in (layer.self_attn.k_cache, layer.self_attn.v_cache)]
+    assert all(huge_page_backing(c).advised for c in caches)
+    assert lazy_page_bytes(llm.model) == 0
+    assert _faults_to_write(caches[0]) < 4  # unbacked: one fault per huge page or 512 per 2 MiB
+    # The device process backs its own copies; the host's, made before the fork, stay unbacked.
+    forked = LLM("tiny-llama", max_num_seqs=8, cpu_stream="process")
+    stream = forked._engine.runner.stream
+    in_device = stream.host_buffer(1, torch.int64)  # [1], shared with the device process
+    stream.submit(_device_lazy_bytes, forked.model, in_device)
+    stream.record_event().synchronize()
+    assert in_device.item() == 0
+    assert lazy_page_bytes(forked.model) == sum(c.nbytes for c in caches)
+    outputs = [o.token_ids for o in forked.generate([[5, 6, 7]], SamplingParams(max_tokens=4, ignore_eos=True))]
+    assert outputs == [o.token_ids for o in llm.generate([[5, 6, 7]], SamplingParams(max_tokens=4, ignore_eos=True))]
 
 
 @pytest.mark.owed("CPU-3")
