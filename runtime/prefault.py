@@ -20,6 +20,7 @@ wrote the caches, so the host's copies stay unbacked and cost it no memory.
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import weakref
 from typing import Any
@@ -88,17 +89,13 @@ def _write_each_page(tensor: torch.Tensor) -> None:
         firsts.copy_(firsts.clone())
 
 
-_libc_handle: Any = None
-
-
+@functools.cache
 def _libc() -> Any:
-    global _libc_handle
-    if _libc_handle is None:
-        try:
-            handle = ctypes.CDLL(None, use_errno=True)
-            handle.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-            handle.madvise.restype = ctypes.c_int
-            _libc_handle = handle
-        except (OSError, AttributeError):  # no C library to ask (Windows): write each page instead
-            _libc_handle = False
-    return _libc_handle or None
+    """The C library's ``madvise``, looked up once; None where there is no C library to ask (Windows)."""
+    try:
+        handle = ctypes.CDLL(None, use_errno=True)
+        handle.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        handle.madvise.restype = ctypes.c_int
+    except (OSError, AttributeError):  # then each page is written instead
+        return None
+    return handle
