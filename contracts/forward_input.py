@@ -84,25 +84,19 @@ class IndexPlan:
 
 @dataclass(frozen=True, slots=True)
 class StepIndices:
-    """An :class:`IndexPlan` after the step's upload: its arrays as device tensors.
+    """An :class:`IndexPlan` after the step's upload: its host-only facts and its arrays on the device.
+
+    Built on the stream, where the step's upload lands: only the plan's ``meta`` travels with the
+    step's device work, never its host arrays (which the staging copy already carried).
 
     Attributes:
-        plan: the host plan the tensors were uploaded from.
-        tensors: ``plan.arrays`` on the execution device (int64 views of the step's staging copy,
-            filled in stream order).
+        meta: the plan's :attr:`IndexPlan.meta`.
+        tensors: the plan's arrays on the execution device, in order (int64 views of the step's
+            staging copy, filled in stream order).
     """
 
-    plan: IndexPlan
+    meta: object
     tensors: tuple[torch.Tensor, ...]
-
-    def __post_init__(self) -> None:
-        # A count check only: the runtime's upload splits the plan's arrays, so sizes match by
-        # construction and a per-tensor shape walk would be paid on every step.
-        if len(self.tensors) != len(self.plan.arrays):
-            raise ContractViolation(
-                f"StepIndices: {len(self.tensors)} uploaded tensors do not match the plan's "
-                f"{len(self.plan.arrays)} arrays; pass the views the upload returned for this plan."
-            )
 
 
 @dataclass(frozen=True, slots=True)

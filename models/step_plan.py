@@ -56,7 +56,7 @@ def part_tensors(inp: ForwardInput, name: str) -> tuple[object, tuple[Tensor, ..
     indices = inp.layout.indices
     if indices is None:
         return None
-    spans = indices.plan.meta
+    spans = indices.meta
     if not isinstance(spans, _PartSpans) or name not in spans.spans:
         raise ContractViolation(
             f"the step's layout carries an index plan without a {name!r} part; plan the step with "

@@ -27,7 +27,7 @@ from tokenstate.runtime.kernels.guard import StepGuard
 from tokenstate.runtime.scheduler import Request
 from tokenstate.runtime.stream import DeviceStream, StreamEvent
 
-__all__ = ["DeviceMirror", "DeviceStepInputs", "PendingTokens"]
+__all__ = ["DeviceMirror", "DeviceStepInputs", "PendingTokens", "StagedStep"]
 
 # Seeds are hashed in 31-bit halves on the device (see the sampler), so keep them in 62 bits.
 _SEED_MASK = (1 << 62) - 1
@@ -56,13 +56,65 @@ class DeviceStepInputs:
     model_indices: tuple[torch.Tensor, ...]  # the model's IndexPlan arrays, int64 each
 
 
+@dataclass(frozen=True, slots=True)
+class StagedStep:
+    """One step's inputs as the host staged them, before the stream copies them in.
+
+    Two host buffers (int32, int64) hold the step's parts one after another; the step's device
+    work starts with :meth:`copy_in`, which copies them into the device buffers and splits those
+    into the step's :class:`DeviceStepInputs`. The copy is the step's own first act, not a task of
+    its own, so a step is handed over as one task behind one event (on a device process each task
+    costs an unpickling and each event an answer), and a device process receives two buffer views
+    and these sizes, not one view per field.
+    """
+
+    ints: torch.Tensor  # [sum(int_sizes)] int32, device: where the int32 parts land
+    longs: torch.Tensor  # [sum(long_sizes)] int64, device: where the int64 parts land
+    host_ints: torch.Tensor  # [sum(int_sizes)] int32, the host staging buffer's prefix
+    host_longs: torch.Tensor  # [sum(long_sizes)] int64
+    int_sizes: tuple[int, ...]  # (host ids,) query_start_loc, seq_lens, slots, num_drafts, cu_num_logits
+    long_sizes: tuple[int, ...]  # the nine int64 fields of DeviceStepInputs, then the model's arrays
+    host_ids: bool  # the host ids were staged (the step runs combine)
+    turns: tuple[int, int]  # which of each staging's two host buffers holds the step (host only)
+
+    def copy_in(self) -> DeviceStepInputs:
+        """On the stream: copy the staged host buffers into the device buffers; the step's inputs,
+        views of those. On CUDA the host buffers are pinned and the copies do not block the host."""
+        non_blocking = self.ints.is_cuda
+        self.ints.copy_(self.host_ints, non_blocking=non_blocking)
+        self.longs.copy_(self.host_longs, non_blocking=non_blocking)
+        ints = self.ints.split_with_sizes(self.int_sizes)
+        qsl, seq_lens, slots, num_drafts, cu_logits = ints[1:] if self.host_ids else ints
+        (positions, slots_long, logits_idx, sample_slots, out_idx, sample_pos, history_index,
+         draft_history_index, draft_source, *model_indices) = self.longs.split_with_sizes(self.long_sizes)  # fmt: skip
+        return DeviceStepInputs(
+            host_ids=ints[0] if self.host_ids else None,
+            positions=positions,
+            query_start_loc=qsl,
+            seq_lens=seq_lens,
+            slots=slots,
+            slots_long=slots_long,
+            num_drafts=num_drafts,
+            cu_num_logits=cu_logits,
+            logits_indices=logits_idx,
+            sample_slots=sample_slots,
+            sample_output_index=out_idx,
+            sample_positions=sample_pos,
+            history_index=history_index,
+            draft_history_index=draft_history_index,
+            draft_source=draft_source,
+            model_indices=tuple(model_indices),
+        )
+
+
 class _Staging:
     """Double-buffered host staging for one dtype, and the device buffer its copies land in.
 
     The host writes buffer ``t`` while the stream may still be copying out of buffer ``1 - t``; before
-    buffer ``t`` is rewritten, the host waits on the event recorded after *its* last copy (the
-    staging-reuse fence). On CUDA the host buffers are pinned and the copy is non-blocking; on the
-    CPU stream the copy runs on the worker — the same order, the same fence.
+    buffer ``t`` is rewritten, the host waits on the event recorded behind *its* last copy (the
+    staging-reuse fence): the event of the step whose device work copied it. On CUDA the host
+    buffers are pinned and the copy is non-blocking; on the CPU streams the copy runs where the
+    step's device work runs — the same order, the same fence.
     """
 
     def __init__(self, stream: DeviceStream, capacity: int, dtype: torch.dtype) -> None:
@@ -89,14 +141,14 @@ class _Staging:
 
     def stage(
         self, parts: Sequence[np.ndarray]
-    ) -> tuple[int, torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    ) -> tuple[int, torch.Tensor, torch.Tensor, tuple[int, ...]]:
         """Write ``parts`` into the host buffer that may be rewritten now (after its fence).
 
-        Returns ``(turn, device prefix, host prefix, device views)``: the caller submits the copy
+        Returns ``(turn, device prefix, host prefix, part sizes)``: the caller submits the copy
         of the host prefix into the device prefix and hands the event behind it to :meth:`fenced`;
-        the views fill in stream order.
+        the device prefix, split by the sizes, holds the parts in stream order.
         """
-        sizes = [p.shape[0] for p in parts]
+        sizes = tuple([p.shape[0] for p in parts])
         total = sum(sizes)
         if total > self.capacity:
             self._alloc(max(total, 2 * self.capacity))
@@ -104,36 +156,11 @@ class _Staging:
         host = self.host[turn][:total]
         np.concatenate(parts, out=host.numpy(), casting="same_kind")
         dev = self.device_buf[:total]  # only the stream writes it, in order: one buffer suffices
-        views = list(dev.split_with_sizes(sizes))  # torch.split's Python wrapper costs 2 µs more
-        return turn, dev, host, views
+        return turn, dev, host, sizes
 
     def fenced(self, turn: int, event: StreamEvent) -> None:
         """``event`` follows the copy out of host buffer ``turn``: rewrite it only after the event."""
         self.fences[turn] = event
-
-    def upload(self, parts: Sequence[np.ndarray]) -> list[torch.Tensor]:
-        """Stage ``parts``, submit their copy and fence the buffer behind it; the device views."""
-        turn, dev, host, views = self.stage(parts)
-        _submit_copy(self.stream, ((self, turn, dev, host),))
-        return views
-
-
-def _submit_copy(
-    stream: DeviceStream, staged: Sequence[tuple[_Staging, int, torch.Tensor, torch.Tensor]]
-) -> None:
-    """One stream task copies every staged ``(staging, turn, device prefix, host prefix)``, and the
-    one event behind it fences each host buffer written (a step's upload is a single hand-over)."""
-    pinned = stream.device.type == "cuda"  # CUDA stages in pinned memory: the copy need not block
-    stream.submit(_copy, tuple((dev, host) for _, _, dev, host in staged), pinned)
-    event = stream.record_event()
-    for staging, turn, _, _ in staged:
-        staging.fenced(turn, event)
-
-
-def _copy(pairs: tuple[tuple[torch.Tensor, torch.Tensor], ...], non_blocking: bool) -> None:
-    """On the stream: each ``(device, host)`` pair's host buffer into its device buffer."""
-    for dst, src in pairs:
-        dst.copy_(src, non_blocking=non_blocking)
 
 
 class PendingTokens:
@@ -274,54 +301,36 @@ class DeviceMirror:
             return t.pin_memory().to(self.device, non_blocking=True)
         return t  # fresh temporaries: on the CPU mirror they already are the device copy
 
-    def upload(
-        self, step: HostStepInputs, plan: IndexPlan | None = None, *, host_ids: bool = True
-    ) -> DeviceStepInputs:
-        """Move one step's host inputs to the device: two buffers (int32, int64), one copy task.
+    def stage(self, step: HostStepInputs, plan: IndexPlan | None = None, *, host_ids: bool = True) -> StagedStep:
+        """Stage one step's host inputs in two buffers (int32, int64) for its device work to copy in.
 
-        The int64 copy also carries the model's index arrays (``plan``), so no forward uploads row
+        The int64 buffer also carries the model's index arrays (``plan``), so no forward uploads row
         metadata of its own; ``host_ids=False`` (a step that does not run combine) leaves the host
-        ids out: the forward reads them through ``HostTokens``, so an upload here would be unused.
+        ids out: the forward reads them through ``HostTokens``, so an upload would be unused. The
+        step's device work starts with :meth:`StagedStep.copy_in`; hand the event recorded behind
+        it to :meth:`fence`.
         """
         ids_part = (step.host_tokens.placeholder_buffer().numpy(),) if host_ids else ()
-        turn, dev, host, views = self._staging.stage((
+        turn, dev, host, int_sizes = self._staging.stage((
             *ids_part, step.query_start_loc, step.seq_lens, step.slots, step.num_drafts,
             step.cu_num_logits,
         ))  # fmt: skip
-        *ids, qsl, seq_lens, slots, num_drafts, cu_logits = views
         sample_slots = step.sample_slots.astype(np.int64)  # [num_logits]
         sample_positions = step.sample_positions.astype(np.int64)  # [num_logits]
         history_index = sample_slots * self.max_model_len + sample_positions  # [num_logits] int64
         draft_source = sample_slots[step.draft_logits] * self.draft_tokens.shape[1] + step.draft_rank  # [num_draft_logits]
         model_arrays = () if plan is None else plan.arrays
-        turn_long, dev_long, host_long, views = self._staging_long.stage((
+        turn_long, dev_long, host_long, long_sizes = self._staging_long.stage((
             step.positions, step.slots, step.logits_indices, sample_slots, step.sample_output_index,
             sample_positions, history_index, history_index[step.draft_logits], draft_source, *model_arrays,
         ))  # fmt: skip
-        (positions, slots_long, logits_idx, sample_slots_t, out_idx, sample_pos,
-         history_index_t, draft_history_index, draft_source_t, *model_indices) = views  # fmt: skip
-        # Both buffers in one copy task (on a device process, one task to unpickle instead of two).
-        _submit_copy(self.stream, (
-            (self._staging, turn, dev, host), (self._staging_long, turn_long, dev_long, host_long),
-        ))  # fmt: skip
-        return DeviceStepInputs(
-            host_ids=ids[0] if ids else None,
-            positions=positions,
-            query_start_loc=qsl,
-            seq_lens=seq_lens,
-            slots=slots,
-            slots_long=slots_long,
-            num_drafts=num_drafts,
-            cu_num_logits=cu_logits,
-            logits_indices=logits_idx,
-            sample_slots=sample_slots_t,
-            sample_output_index=out_idx,
-            sample_positions=sample_pos,
-            history_index=history_index_t,
-            draft_history_index=draft_history_index,
-            draft_source=draft_source_t,
-            model_indices=tuple(model_indices),
-        )
+        return StagedStep(dev, dev_long, host, host_long, int_sizes, long_sizes, host_ids, (turn, turn_long))
+
+    def fence(self, staged: StagedStep, event: StreamEvent) -> None:
+        """``event`` was recorded behind the device work that copies ``staged`` in: the host
+        buffers it used are rewritten only once it has passed."""
+        self._staging.fenced(staged.turns[0], event)
+        self._staging_long.fenced(staged.turns[1], event)
 
     def results_buffer(self, size: int) -> torch.Tensor:
         """The host buffer a step's ``size`` packed results are copied into (``[size]`` int32).

@@ -45,7 +45,7 @@ from tokenstate.runtime.input_prep import (
     refresh_inputs,
 )
 from tokenstate.runtime.kernels import StepGuard, combine, post_update, verify_drafts
-from tokenstate.runtime.mirror import DeviceMirror, DeviceStepInputs, PendingTokens
+from tokenstate.runtime.mirror import DeviceMirror, DeviceStepInputs, PendingTokens, StagedStep
 from tokenstate.runtime.penalties import apply_penalties, ban_bad_words, plan_bad_words
 from tokenstate.runtime.prefault import fault_in_lazy_pages
 from tokenstate.runtime.registry import ModelFactory
@@ -286,12 +286,8 @@ class ModelRunner:
         self, batch: ScheduledBatch, prepared: HostStepInputs, *, use_combine: bool
     ) -> InFlight:
         """Stage the step's inputs and submit its device work; the host does not wait for it."""
-        layout = prepared.layout
-        plan = self._plan_indices(layout)
-        dev = self.mirror.upload(prepared, plan, host_ids=use_combine)
-        if plan is not None:
-            # The forward's index tensors travel in the step's layout: it uploads none of its own.
-            layout = layout.with_indices(StepIndices(plan, dev.model_indices))
+        plan = self._plan_indices(prepared.layout)
+        staged = self.mirror.stage(prepared, plan, host_ids=use_combine)
         guard = StepGuard()
         num_rows = len(batch.rows)
         results = self.mirror.results_buffer(
@@ -300,10 +296,12 @@ class ModelRunner:
         history = self._history_source()  # [num_slots, max_model_len] int32
         sampling = self._step_sampling(batch, prepared)
         self.stream.submit(
-            self._device_step, sampling, prepared.host_tokens, layout, dev, use_combine, guard,
-            results, history,
+            self._device_step, sampling, prepared.host_tokens, prepared.layout,
+            None if plan is None else plan.meta, staged, use_combine, guard, results, history,
         )  # fmt: skip
-        pending = PendingTokens(results, self.stream.record_event(), guard, prepared.layout)
+        event = self.stream.record_event()
+        self.mirror.fence(staged, event)  # the step's device work copied its staging buffers in
+        pending = PendingTokens(results, event, guard, prepared.layout)
         self._num_launched += 1
         return InFlight(self._num_launched - 1, batch, prepared, pending)
 
@@ -314,15 +312,21 @@ class ModelRunner:
 
     def _device_step(
         self, sampling: StepSampling, host_tokens: HostTokens, layout: BatchLayout,
-        dev: DeviceStepInputs, use_combine: bool, guard: StepGuard, results: torch.Tensor,
-        history: torch.Tensor,
+        plan_meta: object, staged: StagedStep, use_combine: bool, guard: StepGuard,
+        results: torch.Tensor, history: torch.Tensor,
     ) -> None:  # fmt: skip
-        """On the stream: combine → checked forward → sample → post-update → history → drafts → copy.
+        """On the stream: copy in → combine → checked forward → sample → post-update → history →
+        drafts → copy back.
 
-        Reads the step's uploaded inputs (``dev``), its host ids and layout (the forward's input),
-        what the host decided about its requests (``sampling``) and slot-indexed device state.
+        Reads the step's staged inputs (``staged``), its host ids and layout (the forward's
+        input), the host-only facts of the model's index plan (``plan_meta``; ``None`` without a
+        plan), what the host decided about its requests (``sampling``) and slot-indexed device state.
         """
         mirror = self.mirror
+        dev = staged.copy_in()
+        if plan_meta is not None:
+            # The forward's index tensors travel in the step's layout: it uploads none of its own.
+            layout = layout.with_indices(StepIndices(plan_meta, dev.model_indices))
         # The kernels' operands are the mirror's own views, right by construction: their metadata
         # checks (which cost as much as the CPU twins) run in ``full`` checks mode only.
         validate = get_checks_mode() == "full"

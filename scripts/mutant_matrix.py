@@ -125,23 +125,37 @@ def _last_sampled_by_row(patch: Any) -> None:
 
 def _host_history_index(mirror: Any, rows: np.ndarray, positions: np.ndarray) -> torch.Tensor:
     """``[n]`` int64 flat history indices of ``(row, position)`` pairs, from the host's arrays (a
-    mutant computing them from the upload's device views would read them before the copy ran)."""
+    mutant computing them from the staged device views would read them before the copy ran)."""
     index = rows.astype(np.int64) * mirror.max_model_len + positions.astype(np.int64)
     return torch.from_numpy(index).to(mirror.device)
+
+
+class _Replaced:
+    """A staged step whose device inputs have some fields replaced (a mutant's staging result)."""
+
+    def __init__(self, staged: Any, **fields: Any) -> None:
+        self.staged, self.fields = staged, fields
+
+    @property
+    def turns(self) -> tuple[int, int]:
+        return self.staged.turns
+
+    def copy_in(self) -> Any:
+        return dataclasses.replace(self.staged.copy_in(), **self.fields)
 
 
 @mutant("history-by-row", "row order", "sampled tokens written into the device history of history[row]")
 def _history_by_row(patch: Any) -> None:
     from tokenstate.runtime.mirror import DeviceMirror
 
-    upload = DeviceMirror.upload
+    stage = DeviceMirror.stage
 
     def by_row(self, step, *args, **kwargs):
-        dev = upload(self, step, *args, **kwargs)
         rows = np.arange(step.sample_slots.shape[0]) % self.history.shape[0]
-        return dataclasses.replace(dev, history_index=_host_history_index(self, rows, step.sample_positions))
+        index = _host_history_index(self, rows, step.sample_positions)
+        return _Replaced(stage(self, step, *args, **kwargs), history_index=index)
 
-    patch.setattr(DeviceMirror, "upload", by_row)
+    patch.setattr(DeviceMirror, "stage", by_row)
 
 
 @mutant("kda-group-slots-reversed", "row order", "KDA advances a group of equal-length rows with its slot list reversed")
@@ -274,13 +288,13 @@ def _last_sampled_stale(patch: Any) -> None:
 def _history_off_by_one(patch: Any) -> None:
     from tokenstate.runtime.mirror import DeviceMirror
 
-    upload = DeviceMirror.upload
+    stage = DeviceMirror.stage
 
     def early(self, step, *args, **kwargs):
-        dev = upload(self, step, *args, **kwargs)
-        return dataclasses.replace(dev, history_index=_host_history_index(self, step.sample_slots, step.sample_positions - 1))
+        index = _host_history_index(self, step.sample_slots, step.sample_positions - 1)
+        return _Replaced(stage(self, step, *args, **kwargs), history_index=index)
 
-    patch.setattr(DeviceMirror, "upload", early)
+    patch.setattr(DeviceMirror, "stage", early)
 
 
 @mutant("fallback-drafts-known-at-scheduling", "one-step stale", "fallback steps feed the drafts known when the step was scheduled (spec ASY-9)")

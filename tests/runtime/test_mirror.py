@@ -74,11 +74,10 @@ def _two_prefill_rows(*, spliced: bool):
     return prepare_inputs(batch, table, spliced=spliced)
 
 
-def test_upload_copies_every_field_into_device_buffers_not_host_views():
+def test_copy_in_copies_every_field_into_device_buffers_not_host_views():
     step = _two_prefill_rows(spliced=True)
     mirror = DeviceMirror(2, CpuStream(), max_model_len=16, capacity=4)  # too small on purpose: the staging buffer grows
-    dev = mirror.upload(step)
-    mirror.stream.synchronize()
+    dev = mirror.stage(step).copy_in()
     assert dev.host_ids.tolist() == [5, 6, 7, 8, 9]
     assert dev.positions.dtype == torch.int64 and dev.positions.tolist() == [0, 1, 2, 0, 1]
     assert dev.query_start_loc.tolist() == [0, 3, 5] and dev.seq_lens.tolist() == [3, 2]
@@ -106,15 +105,22 @@ def test_pending_tokens_resolve_late_and_raise_recorded_violations():
 
 
 def test_staging_waits_for_the_copy_of_the_buffer_it_rewrites():
-    """The staging-reuse fence: with the stream held up, the third upload waits for the first copy."""
+    """The staging-reuse fence: with the stream held up, the third stage waits for the first copy."""
     stream = CpuStream()
     mirror = DeviceMirror(1, stream, max_model_len=8, capacity=8)
     gate = threading.Event()
     stream.submit(gate.wait)  # the stream is busy until the gate opens
     staging = mirror._staging
-    first = staging.upload([np.array([1, 2], dtype=np.int32)])
-    staging.upload([np.array([3, 4], dtype=np.int32)])  # the other buffer: no wait
-    third = threading.Thread(target=staging.upload, args=([np.array([5, 6], dtype=np.int32)],))
+
+    def stage_and_copy(values: list[int]) -> torch.Tensor:
+        turn, dev, host, _ = staging.stage([np.array(values, dtype=np.int32)])
+        stream.submit(dev.copy_, host)
+        staging.fenced(turn, stream.record_event())
+        return dev
+
+    first = stage_and_copy([1, 2])
+    stage_and_copy([3, 4])  # the other buffer: no wait
+    third = threading.Thread(target=stage_and_copy, args=([5, 6],))
     third.start()
     third.join(timeout=0.2)
     assert third.is_alive()  # blocked on the fence of the first copy, not rewriting its buffer
@@ -122,15 +128,14 @@ def test_staging_waits_for_the_copy_of_the_buffer_it_rewrites():
     third.join(timeout=5)
     assert not third.is_alive()
     stream.synchronize()
-    assert first[0].tolist() == [5, 6]  # one device buffer, written in stream order
+    assert first.tolist() == [5, 6]  # one device buffer, written in stream order
 
 
-def test_upload_carries_the_model_plan_in_the_int64_copy_and_skips_unused_host_ids():
+def test_staging_carries_the_model_plan_in_the_int64_copy_and_skips_unused_host_ids():
     step = _two_prefill_rows(spliced=False)
     mirror = DeviceMirror(2, CpuStream(), max_model_len=16, capacity=4)
     plan = IndexPlan((np.array([3, 1], dtype=np.int64), np.array([7], dtype=np.int64)), meta="m")
-    dev = mirror.upload(step, plan, host_ids=False)
-    mirror.stream.synchronize()
+    dev = mirror.stage(step, plan, host_ids=False).copy_in()
     assert dev.host_ids is None  # no combine on this step: nothing reads uploaded host ids
     assert [t.tolist() for t in dev.model_indices] == [[3, 1], [7]]
     assert all(t.dtype == torch.int64 for t in dev.model_indices)
