@@ -35,10 +35,10 @@ core computes and another hosts — the shape of a GPU server. Chaos mode pauses
 before its tasks and the host at its hand-over points. The device's side of the pipe is
 :mod:`tokenstate.runtime._device_process`.
 
-What it buys, measured on a 2-core machine: 1.10–1.14x the synchronous engine on tiny-llama (a
-third of whose step is host work) in the recorded runs, 1.17–1.20x run alone, and about even on a
-model whose forward dominates; each step's hand-over costs the device process about 0.2 ms, most of
-it unpickling (*Runner paths → The device process*; *Design notes → The device process*). While it
+What it buys, measured on a 2-core machine: 1.1–1.2x the synchronous engine on tiny-llama (a
+third of whose step is host work), and about even on a model whose forward dominates; each step's
+hand-over (one task, one event) costs the device process about 0.2 ms, most of it unpickling
+(*Runner paths → The device process*; *Design notes → The device process*). While it
 waits for the device, the host polls the reply pipe for up to 2 ms before it sleeps
 (:func:`host_wait_mode`, ``TOKENSTATE_HOST_WAIT=spin|block``).
 """
