@@ -7,6 +7,7 @@ The mirror's writes run on its stream (a worker thread on the CPU); a test reads
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -16,7 +17,8 @@ from tokenstate.contracts import PLACEHOLDER, ContractViolation, IndexPlan
 from tokenstate.runtime import SamplingParams
 from tokenstate.runtime.input_prep import HostTokenTable, prepare_inputs
 from tokenstate.runtime.kernels import StepGuard, guarded_embedding
-from tokenstate.runtime.mirror import DeviceMirror, PendingTokens
+from tokenstate.runtime.mirror import DeviceMirror, PendingTokens, StagedStep
+from tokenstate.runtime.process_stream import ProcessStream, process_stream_available
 from tokenstate.runtime.scheduler import Request, Scheduler
 from tokenstate.runtime.stream import CpuStream
 
@@ -62,16 +64,21 @@ def test_admit_seeds_the_history_with_everything_the_host_knows():
     assert mirror.frequency_penalty.tolist() == [0.0, 0.5]
 
 
-def _two_prefill_rows(*, spliced: bool):
-    """The host inputs of a first step: prompts (5, 6, 7) and (8, 9) admitted to slots 0 and 1."""
-    sched = Scheduler(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=16)
-    table = HostTokenTable(2, 16)
-    for i, prompt in enumerate(((5, 6, 7), (8, 9))):
+def _prefill_rows(prompts: tuple[tuple[int, ...], ...], *, spliced: bool = False):
+    """The host inputs of a first step admitting ``prompts`` to slots 0, 1, ..."""
+    sched = Scheduler(max_num_seqs=len(prompts), max_num_batched_tokens=64, max_model_len=16)
+    table = HostTokenTable(len(prompts), 16)
+    for i, prompt in enumerate(prompts):
         sched.add(Request(i, prompt, SamplingParams(), seed=0, eos_token_id=None))
     batch = sched.schedule()
     for req in batch.admitted:
         table.admit(req)
     return prepare_inputs(batch, table, spliced=spliced)
+
+
+def _two_prefill_rows(*, spliced: bool):
+    """The host inputs of a first step: prompts (5, 6, 7) and (8, 9) admitted to slots 0 and 1."""
+    return _prefill_rows(((5, 6, 7), (8, 9)), spliced=spliced)
 
 
 def test_copy_in_copies_every_field_into_device_buffers_not_host_views():
@@ -143,3 +150,30 @@ def test_staging_carries_the_model_plan_in_the_int64_copy_and_skips_unused_host_
     assert dev.model_indices[0].untyped_storage().data_ptr() == dev.positions.untyped_storage().data_ptr()
     plan.arrays[0][0] = 99  # the host plan is staging input only
     assert dev.model_indices[0][0] == 3
+
+
+def _positions_into(dst: torch.Tensor, staged: StagedStep) -> None:
+    """Device task: copy the staged step in and write its first positions into ``dst``."""
+    positions = staged.copy_in().positions  # [num_tokens] int64
+    n = min(dst.shape[0], positions.shape[0])
+    dst[:n].copy_(positions[:n])
+
+
+@pytest.mark.skipif(not process_stream_available(), reason="the device process needs Linux")
+def test_steps_staged_on_either_side_of_a_staging_growth_copy_in_their_own_inputs_on_the_device_process():
+    """A step's task references its staging buffers; one staged before they grew still reads its own."""
+    stream = ProcessStream()
+    mirror = DeviceMirror(2, stream, max_model_len=16, capacity=24)  # the small step fits, the big one grows it
+    stream.start(mirror.device_objects())
+    try:
+        out = stream.host_buffer(16, torch.int64)  # [16]
+        stream.submit(time.sleep, 0.2)  # the device process reaches neither step before both are staged
+        stream.submit(_positions_into, out[:8], mirror.stage(_prefill_rows(((5, 6), (7,)))))
+        grown = _prefill_rows(((1, 2, 3, 4, 5, 6, 7, 8), (9, 10, 11, 12, 13, 14, 15)))
+        stream.submit(_positions_into, out[8:], mirror.stage(grown))
+        assert mirror._staging.capacity > 24 and mirror._staging_long.capacity > 24
+        stream.synchronize()
+        assert out[:3].tolist() == [0, 1, 0]
+        assert out[8:].tolist() == list(range(8))
+    finally:
+        stream.close()
