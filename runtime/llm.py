@@ -90,14 +90,14 @@ def _refuse_engine_options(options: Mapping[str, object]) -> None:
 
 
 def _compile_layers(name: str, model: object, config: EngineConfig) -> None:
-    """``LLM(compile=True)``: the model's decoder layers as one compiled graph, where that runs."""
+    """``LLM(compile=True)``: the model's decoder layers as one compiled graph, where that runs.
+
+    Called before the engine starts its stream, so a device process forked there inherits the
+    compiled wrapper and compiles in its first step of two or more tokens, in the process that
+    runs the model.
+    """
     if config.device.type != "cpu":
         raise ConfigError(f"LLM(compile=True) runs on the CPU only; on {config.device.type} use compile=False.")
-    if config.cpu_stream == "process":
-        raise ConfigError(
-            "LLM(compile=True) compiles in the engine's process; the device process would run the "
-            "model eagerly. Use cpu_stream='inline' or 'thread', or compile=False."
-        )
     hook = getattr(model, "compile_layers", None)
     if hook is None:
         raise ConfigError(
@@ -216,8 +216,8 @@ class LLM:
             attention stays our own op, so weight updates and each step's slots need no
             recompilation). The first step of two or more tokens compiles (seconds; it needs a C++
             compiler); the tiny peer model measured 1.04–1.12x the eager tokens/s, the big one
-            about even. Not with ``cpu_stream="process"``. Tokens are the same as eager's
-            wherever the logits are not within float rounding of a tie.
+            about even. With ``cpu_stream="process"`` the device process compiles. Tokens are the
+            same as eager's wherever the logits are not within float rounding of a tie.
 
     Besides `generate`, the engine can be driven request by request, as a server does:
     `add_request` queues a request at any time, `step` runs one engine step and returns the
@@ -305,7 +305,7 @@ class LLM:
             chaos=engine_chaos,
             cpu_stream=choose_cpu_stream(cpu_stream, engine_chaos),
         )
-        if compile:
+        if compile:  # before the engine: a device process forked by its stream inherits the wrapper
             _compile_layers(self.factory.name, self.model, config)
         self._engine = Engine(self.factory, self.model, config, self.stats)
 

@@ -32,11 +32,22 @@ def test_compiled_engine_generates_the_eager_tokens_and_compiles_once(cpu_stream
     assert counters["stats"]["unique_graphs"] - graphs == 1  # every step count and slot layout
 
 
+def test_the_device_process_compiles_and_runs_the_compiled_stack(tmp_path, monkeypatch) -> None:
+    params = SamplingParams(max_tokens=9, ignore_eos=True)
+    options = {"max_num_seqs": 4, "max_num_batched_tokens": 6}
+    eager = [o.token_ids for o in LLM("tiny-llama", **options).generate(PROMPTS, params)]
+    torch._dynamo.reset()  # the fork inherits the host's graphs: let the device process make its own
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # read at compile time, forked with it
+    graphs = counters["stats"]["unique_graphs"]
+    compiled = LLM("tiny-llama", compile=True, cpu_stream="process", **options)
+    assert [o.token_ids for o in compiled.generate(PROMPTS, params)] == eager
+    assert counters["stats"]["unique_graphs"] == graphs  # the host never ran the model
+    assert any(tmp_path.rglob("*.py")), "the device process compiled nothing"
+
+
 def test_compile_is_refused_where_it_cannot_run() -> None:
     with pytest.raises(ConfigError, match="no compiled path"):
         LLM("tiny-nemotron-h", compile=True)
-    with pytest.raises(ConfigError, match="cpu_stream='inline' or 'thread'"):
-        LLM("tiny-llama", compile=True, cpu_stream="process")
     with pytest.raises(ConfigError, match="runs eagerly unless compile=True"):
         LLM("tiny-llama", enforce_eager=True)
 
