@@ -3,7 +3,8 @@
 Selection is decode-first: running requests that finished their prefill (one token each, plus
 speculative drafts), then running requests still in (chunked) prefill, each group by priority
 (arrival order), then waiting requests, until ``max_num_seqs`` slots or the token budget
-``max_num_batched_tokens`` is used up. A running request the budget leaves out is *skipped* and
+``max_num_batched_tokens`` is used up; the decode rows then stand in slot order in the batch, so
+that the attention reads consecutive slots in place. A running request the budget leaves out is *skipped* and
 rejoins a later step where it left off. With ``order="random"`` (seeded) the running requests are
 considered in a random order instead — so a prefill chunk may take the budget a decode wanted, and
 that decode is skipped — and the selected rows are permuted: every per-request state is
@@ -198,6 +199,7 @@ class Scheduler:
         if self.order == "random":
             candidates = [candidates[i] for i in self._rng.permutation(len(candidates))]
         rows: list[ScheduledRow] = []
+        num_decode = 0
         scheduled: set[int] = set()
         for req in candidates:
             if req.slot < 0:
@@ -211,9 +213,16 @@ class Scheduler:
                 continue
             is_decode = req.num_computed >= req.prefill_len
             drafts = self._num_drafts(req, budget - num_new) if is_decode else 0
+            num_decode += is_decode
             rows.append(self._row(req, num_new, drafts))
             scheduled.add(req.arrival)
             budget -= rows[-1].num_new_tokens
+        if self.order == "decode_first":
+            # Chosen by priority, placed by slot: the decode rows (the first rows, as their
+            # candidates come first) in slot order, so that where their slots are consecutive the
+            # attention reads them as one run in batch order, without gathering its queries or
+            # scattering its outputs in every layer (tokenstate.models.slot_batch).
+            rows[:num_decode] = sorted(rows[:num_decode], key=lambda row: row.slot)
         admitted: list[Request] = []
         while self.waiting and budget > 0 and self._free_slots:
             req = self.waiting[0]

@@ -70,6 +70,23 @@ def test_requests_admitted_together_take_the_lowest_free_slots_in_order_of_promp
     assert [(row.request.request_id, row.slot) for row in batch.rows] == [(1, 4), (2, 1), (3, 3), (4, 2)]
 
 
+def test_decode_rows_stand_in_slot_order_chosen_by_priority_before_the_prefill_rows():
+    sched = Scheduler(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64)
+    for i, n in enumerate((9, 2, 5)):
+        sched.add(make(i, n))
+    prefill = sched.schedule()
+    assert [(row.request.request_id, row.slot) for row in prefill.rows] == [(0, 2), (1, 0), (2, 1)]
+    sched.add(make(3, 4))
+    mixed = sched.schedule()
+    # The decode rows in slot order (requests 1, 2, 0), then the newly admitted prefill row.
+    assert [(row.request.request_id, row.slot) for row in mixed.rows] == [(1, 0), (2, 1), (0, 2), (3, 3)]
+    assert shape(mixed)[-1] == (3, 0, 4, True)
+    # The budget still picks decode rows by priority (arrival): with room for two, request 2 waits.
+    sched.max_num_batched_tokens = 2
+    tight = sched.schedule()
+    assert [(row.request.request_id, row.slot) for row in tight.rows] == [(1, 0), (0, 2)]
+
+
 def test_max_tokens_is_known_at_schedule_time_so_no_row_is_wasted():
     sched = Scheduler(max_num_seqs=1, max_num_batched_tokens=64, max_model_len=64)
     sched.add(make(0, 3, max_tokens=1))

@@ -26,13 +26,14 @@ def reference() -> list[tuple[int, ...]]:
 
 def test_host_ids_with_honors_true_raise_on_the_first_async_decode_step():
     llm = LLM(toy_factory(embed="host", honors=True), max_num_batched_tokens=64)
-    # Admitted together, the three requests take slots 0-2 in order of prompt length (6, 3, 11 ids).
+    # Admitted together, the three requests take slots 0-2 in order of prompt length (6, 3, 11 ids);
+    # decode rows stand in slot order.
     with pytest.raises(
         StaleHostTokensError,
-        match=r"stale host token ids read at rows \[0, 1, 2\] \(slots \[1, 0, 2\]\)",
+        match=r"stale host token ids read at rows \[0, 1, 2\] \(slots \[0, 1, 2\]\)",
     ) as caught:
         llm.generate(PROMPTS, SAMPLING)
-    assert caught.value.rows == (0, 1, 2) and caught.value.slots == (1, 0, 2)
+    assert caught.value.rows == (0, 1, 2) and caught.value.slots == (0, 1, 2)
     # The prefill step, the first decode step and the next were launched: the first decode step's
     # forward raised on the stream, and the error surfaced at its sync point (resolved after the
     # next step's launch), before any of its tokens reached the host.
