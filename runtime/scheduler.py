@@ -4,8 +4,8 @@ Selection is decode-first: running requests that finished their prefill (one tok
 speculative drafts), then running requests still in (chunked) prefill, each group by priority
 (arrival order), then waiting requests, until ``max_num_seqs`` slots or the token budget
 ``max_num_batched_tokens`` is used up; the decode rows then stand in slot order in the batch, so
-that the attention reads consecutive slots in place. A running request the budget leaves out is *skipped* and
-rejoins a later step where it left off. With ``order="random"`` (seeded) the running requests are
+that the attention reads consecutive slots in place. A running request the budget leaves out is
+*skipped* and rejoins a later step where it left off. With ``order="random"`` (seeded) the running requests are
 considered in a random order instead — so a prefill chunk may take the budget a decode wanted, and
 that decode is skipped — and the selected rows are permuted: every per-request state is
 slot-indexed, so row order must never matter. Preemption stays by priority in either order.
