@@ -8,11 +8,15 @@ from tokenstate.runtime import LLM, SamplingParams
 
 FACTORY = toy_factory("ChaosToyLM", vocab_size=64, eos_token_id=None)
 ENGINE = {"max_num_seqs": 4, "max_num_batched_tokens": 12}
+NUM_REQUESTS = 48
+"""Each request after the fourth reuses a slot: one more chance for a run to hit the reseed race
+(STR-3). With 24 the reseed mutant escaped 2-4 % of chaos seeds on the worker thread, and two of
+twenty in one CI run; with 48 it was caught in 100 of 100."""
 
 
 def _requests() -> tuple[list[list[int]], list[SamplingParams]]:
     prompts, params = [], []
-    for i in range(24):
+    for i in range(NUM_REQUESTS):
         prompts.append([(7 * i + 5 * j) % 60 + 1 for j in range(2 + (11 * i) % 17)])
         params.append(
             SamplingParams(
