@@ -30,11 +30,12 @@ COUNTERS = (
 
 
 @cache
-def cached_model(name: str) -> tuple[ModelFactory, Any]:
-    """The named model built once per process, and a factory whose build returns that model.
+def cached_model(name: str, instance: str = "shared") -> tuple[ModelFactory, Any]:
+    """The named model built once per process (per ``instance``), and a factory whose build returns it.
 
     Engines run one after the other and each allocates its slots afresh, so sharing the weights is
-    safe; building is the slow part of a tiny engine.
+    safe; building is the slow part of a tiny engine. An engine that changes its model for good
+    (``compile=True`` compiles it in place) takes an instance of its own, with the same weights.
     """
     factory = toy_factory("ScheduleToy", eos_token_id=2) if name == "toy" else resolve(name)
     model = factory.build_preset(next(iter(factory.presets)), device="cpu")
@@ -119,16 +120,29 @@ def schedules(draw, *, speculative: bool) -> Schedule:
     )
 
 
-def run_schedule(name: str, schedule: Schedule) -> Counter:
-    """Run ``schedule`` on a sync and an async engine; assert every promise; return the counters."""
+def run_schedule(
+    name: str, schedule: Schedule, async_options: dict[str, Any] | None = None, async_instance: str = "shared"
+) -> Counter:
+    """Run ``schedule`` on a sync and an async engine; assert every promise; return the counters.
+
+    ``async_options``: further ``LLM`` options of the async engine only (``cpu_stream="process"``,
+    say), which runs the model instance ``async_instance`` (:func:`cached_model`); the counter
+    ``async_streams:<stream class>`` says where its device work ran.
+    """
     factory, model = cached_model(name)
     vocab = model.vocab_size
     stats: Counter = Counter()
     outputs = {}
     for async_scheduling in (False, True):
         args = schedule.engine_args(model.max_model_len)
-        llm = LLM(factory, async_scheduling=async_scheduling, **args)
+        engine_factory = factory
+        if async_scheduling:
+            args |= async_options or {}
+            engine_factory = cached_model(name, async_instance)[0]
+        llm = LLM(engine_factory, async_scheduling=async_scheduling, **args)
         outputs[async_scheduling] = run_workload(llm, schedule.arrivals)
+        if async_scheduling:
+            stats[f"async_streams:{type(llm._engine.runner.stream).__name__}"] += 1
         stats.update({k: v for k, v in llm.stats.as_dict().items() if k in COUNTERS})
     sync, async_ = outputs[False], outputs[True]
     for arrival, s, a in zip(schedule.arrivals, sync, async_, strict=True):
