@@ -187,7 +187,9 @@ class LLM:
         device: execution device, ``"cpu"`` or ``"cuda"``.
         dtype: compute dtype, as vLLM's ``dtype=``: ``"auto"`` (the model's) or ``"float32"``
             (the reference models compute in float32; anything else is refused).
-        max_num_seqs: requests running at once (also the number of slots).
+        max_num_seqs: requests running at once (also the number of slots). Every slot holds
+            state for ``max_model_len`` tokens, allocated at start; more than the machine's
+            available memory is refused (:mod:`tokenstate.runtime.slot_memory`).
         max_num_batched_tokens: token budget per step; longer prompts are prefilled in chunks.
         seed: engine seed, from which requests without their own seed derive one.
         on_unhonored: for a forward that did not declare ``honors_device_token_ids=True``, on an

@@ -51,6 +51,7 @@ from tokenstate.runtime.prefault import fault_in_lazy_pages
 from tokenstate.runtime.registry import ModelFactory
 from tokenstate.runtime.sampler import SamplingRows, sample, sample_greedy
 from tokenstate.runtime.scheduler import Request, ScheduledBatch
+from tokenstate.runtime.slot_memory import check_slot_state_fits, slot_state_allocation
 from tokenstate.runtime.spec_decode import propose_ngram
 from tokenstate.runtime.stream import stream_for
 
@@ -119,19 +120,21 @@ class ModelRunner:
         self.num_drafts = config.num_speculative_tokens
         max_model_len = int(model.max_model_len)
         max_num_seqs, budget = config.max_num_seqs, config.max_num_batched_tokens
-        self.table = HostTokenTable(max_num_seqs, max_model_len)
         self.chaos = config.chaos
         # Every device write goes through this stream, in order; the host only waits on its events.
         self.stream = stream_for(self.device, config.chaos, config.cpu_stream)
-        self.mirror = DeviceMirror(
-            max_num_seqs,
-            self.stream,
-            max_model_len=max_model_len,
-            max_drafts=self.num_drafts,
-            capacity=3 * budget + 12 * max_num_seqs * (1 + self.num_drafts) + 2,
-        )
-        with torch.inference_mode():
-            model.allocate_slots(max_num_seqs)
+        with slot_state_allocation(max_num_seqs, max_model_len):
+            self.table = HostTokenTable(max_num_seqs, max_model_len)
+            self.mirror = DeviceMirror(
+                max_num_seqs,
+                self.stream,
+                max_model_len=max_model_len,
+                max_drafts=self.num_drafts,
+                capacity=3 * budget + 12 * max_num_seqs * (1 + self.num_drafts) + 2,
+            )
+            with torch.inference_mode():
+                model.allocate_slots(max_num_seqs)
+        check_slot_state_fits(model, max_num_seqs, max_model_len)  # before the first task backs it
         # The device side is complete: a stream whose device is another process forks it here.
         self.stream.start((self, self.model, *self.mirror.device_objects()))
         # Its first task backs the slot state with memory, so no request pays those page faults.

@@ -1,0 +1,50 @@
+"""The slot state sized against the machine's memory: too much is a ConfigError naming what to lower."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenstate.contracts import ConfigError
+from tokenstate.models.cpu_memory import HUGE_PAGE_BYTES
+from tokenstate.runtime import LLM, SamplingParams, slot_memory
+from tokenstate.runtime.slot_memory import available_memory_bytes, slot_state_allocation
+
+
+def test_more_slots_than_the_kernel_will_map_is_a_config_error_naming_max_num_seqs() -> None:
+    # 10^7 slots of 1,024 positions: the host token table alone is 38 GiB of int32, which numpy
+    # refuses at once (a MemoryError from inside the engine before).
+    with pytest.raises(ConfigError, match=r"max_num_seqs=10000000 does not fit in memory.*lower max_num_seqs"):
+        LLM("tiny-llama", max_num_seqs=10**7)
+
+
+def test_a_failed_torch_allocation_is_a_config_error_and_other_runtime_errors_pass() -> None:
+    failure = "[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"
+    with pytest.raises(ConfigError, match="does not fit in memory") as raised:
+        with slot_state_allocation(4, 128):
+            raise RuntimeError(failure)
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        with slot_state_allocation(4, 128):
+            raise RuntimeError("shape mismatch")
+
+
+def test_kv_caches_beyond_the_available_memory_are_refused_before_any_page_is_backed(monkeypatch) -> None:
+    sized = LLM("tiny-llama", max_num_seqs=64)  # caches of 2 MiB and more: lazily mapped
+    need = sum(
+        cache.nbytes for layer in sized._engine.runner.model.model.layers for cache in layer.self_attn.caches()
+    )
+    assert need >= 2 * HUGE_PAGE_BYTES
+    monkeypatch.setattr(slot_memory, "available_memory_bytes", lambda: need - 1)
+    faulted = []
+    monkeypatch.setattr("tokenstate.runtime.runner.fault_in_lazy_pages", faulted.append)
+    with pytest.raises(ConfigError, match=r"KV caches for max_num_seqs=64 need .* GiB .* a slot\) but .* available"):
+        LLM("tiny-llama", max_num_seqs=64)
+    assert not faulted  # refused before the engine's first task
+    monkeypatch.setattr(slot_memory, "available_memory_bytes", lambda: need)
+    out = LLM("tiny-llama", max_num_seqs=64).generate([[1, 2, 3]], SamplingParams(max_tokens=2))
+    assert len(out[0].token_ids) == 2
+
+
+def test_the_available_memory_is_read_from_the_kernel_where_it_says() -> None:
+    available = available_memory_bytes()
+    assert available is None or available > 0
