@@ -171,7 +171,11 @@ def _evict() -> None:
             w.sum()
         return
     if _state.evict_buffer is None:
-        _state.evict_buffer = torch.zeros(_EVICT_BYTES // 4)
+        # A normal tensor even when the first measurement runs under inference mode (a lazy
+        # re-pack inside an engine's step): an inference tensor refuses the in-place write below
+        # in every later measurement outside it.
+        with torch.inference_mode(False):
+            _state.evict_buffer = torch.zeros(_EVICT_BYTES // 4)
     _state.evict_buffer.add_(1.0)
 
 

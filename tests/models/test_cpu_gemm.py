@@ -86,6 +86,15 @@ def test_the_real_measurement_times_both_paths() -> None:
         assert not choice.one_row_mm and choice.mm_one_row_us is None
 
 
+def test_a_measurement_under_inference_mode_leaves_later_ones_outside_it_working(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An engine re-packs a weight changed in place lazily, inside its step's inference mode; a
+    # model built afterwards (outside it) measures again with the same eviction buffer.
+    monkeypatch.setattr(cpu_gemm._state, "evict_buffer", None)
+    with torch.inference_mode():
+        cpu_gemm._measure(torch.randn(384, 256), one_row_eligible=False)
+    assert cpu_gemm._measure(torch.randn(384, 256), one_row_eligible=False).mm_us > 0
+
+
 def test_a_bad_mode_is_refused_with_the_valid_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError, match=r"not a CPU GEMM mode; valid values: auto, onednn, mm"):
         set_cpu_gemm_mode("fastest")
