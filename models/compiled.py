@@ -10,7 +10,8 @@ most of a decode step outside the GEMMs and attention). Two things must keep run
   on the ``torch.mm`` path is traced reading its transposed copy as a graph input, and the model
   re-checks every projection (``prepare``) before each compiled call; a packed (oneDNN) or unwatched
   one runs as one opaque custom op (``tokenstate::opaque_call``, about 40 µs of dispatch a call)
-  that calls the projection eagerly;
+  that calls the projection eagerly — and where every projection of a block would, the whole block
+  (attention with its projections, or the MLP) is one such call;
 * slot attention, whose runs of slots are Python metadata of the step (``SlotBatch``): traced, every
   new run structure would be a recompilation. It is one opaque op, reading the step's
   ``SlotBatch`` from a thread-local step context (:func:`compiled_step`) set around the compiled

@@ -150,10 +150,15 @@ class FusedProjection:
         """Whether the current cache runs oneDNN's pre-packed inner product."""
         return self._packed is not None
 
+    def opaque_in_graph(self) -> bool:
+        """Whether a compiled graph runs this projection (of a ``[tokens, in]`` input) as an opaque
+        call: packed, or unwatched (no transposed copy for the graph to read)."""
+        return self._packed is not None or self._weight_t is None
+
     def __call__(self, x: Tensor, linears: Sequence[nn.Linear]) -> Tensor:
         """``x`` ``[..., in]`` through every linear: ``[..., sum(out_i)]``, outputs side by side."""
         if self._op is not None and torch.compiler.is_compiling():
-            if self._packed is not None or self._weight_t is None or x.dim() != 2:
+            if self.opaque_in_graph() or x.dim() != 2:
                 return opaque_call(self._op[0], (x,), (self._op[1],))  # packed or unwatched: run as ours
             # Traced into the graph below, reading the current transposed copy: the owner re-checks
             # every weight before each compiled call (make_opaque), so no copy is stale.

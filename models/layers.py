@@ -100,8 +100,14 @@ class GatedMLP(nn.Module):
         self.intermediate_size = intermediate_size
         self._gate_up = FusedProjection()  # gate and up in one matmul (weights stay HF-named)
         self._down = FusedProjection()  # down_proj, pre-packed where that pays
+        # Inside a compiled graph: the call id of the opaque op that runs the whole MLP, used where
+        # both projections would be opaque calls anyway (see make_opaque).
+        self._block_op: int | None = None
 
     def forward(self, x: Tensor) -> Tensor:
+        if self._block_op is not None and torch.compiler.is_compiling() and x.dim() == 2:
+            if self._gate_up.opaque_in_graph() and self._down.opaque_in_graph():
+                return opaque_call(self._block_op, (x,), (x.shape[1],))  # [num_tokens, hidden]
         gate, up = self._gate_up(x, (self.gate_proj, self.up_proj)).split(
             self.intermediate_size, dim=-1
         )  # [..., intermediate] each
@@ -120,9 +126,20 @@ class GatedMLP(nn.Module):
             projection.prepare(linears)
 
     def make_opaque(self, sites: OpaqueSites) -> None:
-        """Make the projections compile (:meth:`FusedProjection.make_opaque`)."""
+        """Make the projections compile (:meth:`FusedProjection.make_opaque`).
+
+        Where both projections run as opaque calls (packed: every projection of a hidden-1024
+        model), the graph makes one opaque call for the whole MLP instead, SiLU·up running eagerly
+        inside it: a custom op's dispatch costs more than the fused multiply saves.
+        """
         for projection, linears in self.projections():
             projection.make_opaque(linears, sites)
+        self._block_op = sites.add(_run_block, self)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_block_op"] = None  # a copy runs eagerly: the registered op calls the original
+        return state
 
 
 def allocate_kv_cache(num_slots: int, num_heads: int, max_model_len: int, head_dim: int, *, like: Tensor) -> Tensor:
@@ -264,8 +281,10 @@ class SlotAttention(nn.Module):
         self.v_cache: Tensor | None = None  # [num_slots, num_kv_heads, max_model_len, head_dim]
         self._qkv = FusedProjection()  # q, k and v in one matmul (weights stay HF-named)
         self._o = FusedProjection()  # o_proj, pre-packed where that pays
-        # Inside a compiled graph: the call id of the opaque op that attends (see make_opaque).
+        # Inside a compiled graph: the call ids of the opaque ops that attend, and that run the
+        # whole block where both projections are opaque calls anyway (see make_opaque).
         self._op: int | None = None
+        self._block_op: int | None = None
 
     def projections(self) -> list[tuple[FusedProjection, tuple[nn.Linear, ...]]]:
         """Each fused projection with the linears it computes."""
@@ -279,15 +298,19 @@ class SlotAttention(nn.Module):
         """Make the projections compile, and the slot attention run as one opaque op in a graph.
 
         The attention op reads the step's ``SlotBatch`` from the step context the model sets
-        around its compiled call (:func:`~tokenstate.models.compiled.compiled_step`).
+        around its compiled call (:func:`~tokenstate.models.compiled.compiled_step`). Where both
+        projections run as opaque calls (packed), the graph makes one opaque call for the whole
+        block instead — projections, rotary and attention — so a layer pays one custom op's
+        dispatch where it paid three (big peer model, workload A: 1.04x, same tokens).
         """
         for projection, linears in self.projections():
             projection.make_opaque(linears, sites)
         self._op = sites.add(_attend_in_step, self)
+        self._block_op = sites.add(_run_attention_block, self)
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        state["_op"] = None  # a copy runs eagerly: the registered op calls the original
+        state["_op"] = state["_block_op"] = None  # a copy runs eagerly: the registered ops call the original
         return state
 
     def allocate_slots(self, num_slots: int, max_model_len: int) -> None:
@@ -309,6 +332,9 @@ class SlotAttention(nn.Module):
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, batch: SlotBatch | None) -> Tensor:
         n = x.shape[0]
+        if self._block_op is not None and torch.compiler.is_compiling():
+            if self._qkv.opaque_in_graph() and self._o.opaque_in_graph():
+                return opaque_call(self._block_op, (x, cos, sin), (x.shape[1],))  # [num_tokens, hidden]
         heads, kv_heads = self.num_heads, self.num_kv_heads
         qkv = self._qkv(x, (self.q_proj, self.k_proj, self.v_proj)).view(
             n, heads + 2 * kv_heads, self.head_dim
@@ -323,6 +349,19 @@ class SlotAttention(nn.Module):
             step_batch = batch if batch is not None else current_attention_batch()
             out = slot_attention(q, k, v, *self.caches(), step_batch, self.scale)
         return self._o(out.reshape(n, self.num_heads * self.head_dim), (self.o_proj,))
+
+
+def _run_attention_block(objects: tuple, inputs: list[Tensor]) -> Tensor:
+    """The opaque attention block's body: the layer's attention, eagerly, over the step's ``SlotBatch``."""
+    (attention,) = objects
+    x, cos, sin = inputs
+    return attention(x, cos, sin, current_attention_batch())  # a new tensor: o_proj's output
+
+
+def _run_block(objects: tuple, inputs: list[Tensor]) -> Tensor:
+    """An opaque block's body: the module, eagerly, on the graph's input (a new tensor)."""
+    (module,) = objects
+    return module(*inputs)
 
 
 def _attend_in_step(objects: tuple, inputs: list[Tensor]) -> Tensor:

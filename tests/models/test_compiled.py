@@ -9,7 +9,10 @@ import torch
 from torch._dynamo.utils import counters
 
 from tokenstate.contracts import ConfigError
-from tokenstate.models.llama import FACTORY
+from tokenstate.models.compiled import OpaqueSites
+from tokenstate.models.cpu_gemm import cpu_gemm_mode
+from tokenstate.models.fused_linear import onednn_packing_available
+from tokenstate.models.llama import FACTORY, PRESETS, build
 from tokenstate.runtime import LLM, SamplingParams
 
 # Prompts of 1..9 tokens, 4 slots and a 6-token budget: chunked prefills, mixed steps, steps of
@@ -106,3 +109,35 @@ def test_layers_dynamo_runs_eagerly_instead_still_read_the_step(make_input) -> N
     inp = make_input([(0, [5, 6, 7]), (1, [8, 9])], vocab_size=512)
     with torch.inference_mode(), torch.compiler.set_stance("force_eager"):  # as after a recompile limit
         torch.testing.assert_close(FACTORY.forward(compiled, inp), FACTORY.forward(eager, inp), rtol=0, atol=0)
+
+
+# Every projection of this shape is 2^18 elements and more: packed where oneDNN is pinned.
+PACKED_SHAPE = {"vocab_size": 512, "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8,
+                "num_key_value_heads": 4, "num_hidden_layers": 2, "max_position_embeddings": 64}  # fmt: skip
+
+
+@pytest.mark.skipif(not onednn_packing_available(), reason="no oneDNN pre-packed linear ops in this torch")
+def test_a_packed_layer_is_two_opaque_calls_and_computes_with_the_current_weights(make_input, monkeypatch) -> None:
+    with cpu_gemm_mode("onednn"):
+        compiled, eager = (build({**PRESETS["tiny-llama"], **PACKED_SHAPE}, seed=5) for _ in range(2))
+    layer = compiled.model.layers[0]
+    assert all(projection.packed for projection, _ in layer.projections())
+    for model in (compiled, eager):
+        model.allocate_slots(3)
+    compiled.compile_layers()
+    calls = []
+    original_call = OpaqueSites.call
+    monkeypatch.setattr(OpaqueSites, "call", lambda sites, i, inputs: calls.append(i) or original_call(sites, i, inputs))
+    prompts = [(0, [5, 6, 7]), (2, [8, 9, 10, 11])]
+    with torch.inference_mode():
+        for step in range(3):  # prefill, then decode steps of two tokens (compiled: 2+ tokens)
+            inp = make_input(prompts, vocab_size=512)
+            torch.testing.assert_close(FACTORY.forward(compiled, inp), FACTORY.forward(eager, inp), rtol=1e-4, atol=1e-4)
+            prompts = [(slot, [3 + step], len(tokens) + step) for slot, tokens in [(0, [5, 6, 7]), (2, [8, 9, 10, 11])]]
+            if step == 0:
+                # One opaque call per block, the attention block and the MLP, where there were five
+                # (four projections and the attention) before the blocks were merged.
+                assert len(calls) == 2 * len(compiled.model.layers), calls
+                for model in (compiled, eager):  # a weight written in place after compilation
+                    model.model.layers[1].mlp.down_proj.weight.mul_(-1.5)
+                    model.model.layers[0].self_attn.q_proj.weight.mul_(0.5)
