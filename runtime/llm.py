@@ -31,7 +31,7 @@ from tokenstate.runtime.scheduler import SCHEDULING_ORDERS, Request, SchedulingO
 from tokenstate.runtime.spec_decode import SpeculativeConfig
 from tokenstate.runtime.stream import Chaos, chaos_from_env, choose_cpu_stream
 
-__all__ = ["LLM"]
+__all__ = ["LLM", "execution_device"]
 
 # vLLM engine options tokenstate does not take, with what to do instead (anything else unknown is
 # refused too, naming the supported options).
@@ -113,7 +113,9 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
-def _device(device: torch.device | str) -> torch.device:
+def execution_device(device: torch.device | str) -> torch.device:
+    """``device`` as a torch device an engine can run on (``cpu``, or ``cuda`` where available);
+    :class:`ConfigError` saying what to use otherwise."""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
@@ -270,7 +272,7 @@ class LLM:
             )
         if kv_cache_tokens is not None:
             _positive_int("kv_cache_tokens", kv_cache_tokens)
-        dev = _device(device)
+        dev = execution_device(device)
         factory, built = _load_model(model, dev)
         self.factory: ModelFactory = factory
         """The registered factory serving the model (its forward, opt-in and presets)."""

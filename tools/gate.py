@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tokenstate.contracts import ConfigError, TokenStateError, checks_mode
-from tokenstate.runtime.llm import LLM
+from tokenstate.runtime.llm import LLM, execution_device
 from tokenstate.runtime.outputs import RequestOutput
 from tokenstate.runtime.params import SamplingParams
 from tokenstate.runtime.registry import ModelFactory
@@ -67,6 +67,7 @@ class GateConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"gate: {name} must be a positive int, got {value!r}.")
+        execution_device(self.device)  # refused here, before any model is built or checked
 
 
 @dataclass

@@ -147,6 +147,7 @@ def _specs_root(args: argparse.Namespace) -> Path | None:
 def run_verify(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json)
     specs_root = _specs_root(args)
+    config = gate_config(args)  # a bad setting is refused before the checker runs, not after it
     models = gate_models(args)  # imports --module packages so their factories register
     # The checker covers what the gate covers: the named models, or every registered one.
     selected = [factory_of_model(m) for m in models] if args.model or args.module else None
@@ -154,7 +155,7 @@ def run_verify(args: argparse.Namespace) -> int:
         checker = check_registry((), selected=None if selected is None else list(dict.fromkeys(selected)))
     if not args.json:
         _render_checker(checker, console)
-    gates = run_gates(models, gate_config(args), console, quiet=args.json)
+    gates = run_gates(models, config, console, quiet=args.json)
     if not args.json:
         render_gate(gates, console)
     specs = _spec_step(args, specs_root, console)

@@ -64,6 +64,26 @@ def test_verify_refuses_a_missing_specs_dir_before_anything_runs(monkeypatch, ca
     assert "no specs/*.md there" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--max-num-seqs", "0"], "gate: max_num_seqs must be a positive int, got 0."),
+        (["--device", "cuda"], "LLM: device='cuda' but CUDA is not available here; use device='cpu'."),
+    ],
+    ids=["max-num-seqs", "cuda"],
+)
+def test_verify_refuses_a_bad_gate_setting_before_the_checker_runs(option, message, monkeypatch, capsys):
+    if "cuda" in option:
+        monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("verify ran the checker before refusing the gate's settings")
+
+    monkeypatch.setattr("tokenstate.tools.verify.check_registry", must_not_run)
+    assert main(["verify", "--no-specs", *option]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == f"tokenstate verify: error: {message}"
+
+
 def test_check_module_imports_a_package_from_the_current_directory(tmp_path):
     tokenstate = shutil.which("tokenstate", path=str(Path(sys.executable).parent))
     assert tokenstate, "the console script is installed next to the interpreter"
