@@ -274,26 +274,33 @@ _Task = tuple[int, contextvars.Context, Callable[..., object], tuple[Any, ...]]
 
 
 def _work(tasks: queue.SimpleQueue[_Task | _CpuEvent | None], faults: _Faults, chaos: Chaos | None) -> None:
-    """The worker's loop. It holds no reference to its stream, so a dropped stream is collected."""
+    """The worker's loop. It holds no reference to its stream, so a dropped stream is collected:
+    each item is handled in a call of its own, so nothing of the last task (a bound method of the
+    runner, which holds the stream) stays in this frame while it waits for the next one."""
     with torch.inference_mode():  # grad mode is per thread: the worker sets its own
-        while True:
-            item = tasks.get()
-            if item is None:
-                return
-            if isinstance(item, _CpuEvent):
-                item._done.set()
-                continue
-            if chaos is not None:
-                delay = chaos.stream_delay()
-                if delay:
-                    time.sleep(delay)
-            if faults.error is not None:
-                continue  # a failed task poisons the stream until reset(), as a device error does
-            index, context, fn, args = item
-            try:
-                context.run(fn, *args)
-            except BaseException as exc:  # kept and re-raised at the next fence
-                faults.fail(index, exc)
+        while _handle(tasks.get(), faults, chaos):
+            pass
+
+
+def _handle(item: _Task | _CpuEvent | None, faults: _Faults, chaos: Chaos | None) -> bool:
+    """Run one task or pass one event; ``False`` for the stop marker."""
+    if item is None:
+        return False
+    if isinstance(item, _CpuEvent):
+        item._done.set()
+        return True
+    if chaos is not None:
+        delay = chaos.stream_delay()
+        if delay:
+            time.sleep(delay)
+    if faults.error is not None:
+        return True  # a failed task poisons the stream until reset(), as a device error does
+    index, context, fn, args = item
+    try:
+        context.run(fn, *args)
+    except BaseException as exc:  # kept and re-raised at the next fence
+        faults.fail(index, exc)
+    return True
 
 
 # Live workers, stopped and joined at exit: a daemon thread torn down by interpreter shutdown

@@ -180,3 +180,20 @@ def test_llm_gives_the_same_tokens_on_either_cpu_stream(async_scheduling, monkey
     assert isinstance(LLM(toy_factory())._engine.runner.stream, InlineStream)  # the default
     with pytest.raises(ConfigError, match="chaos needs the threaded CPU stream"):
         LLM(toy_factory(), chaos=1, cpu_stream="inline")
+
+
+def test_a_dropped_engine_stops_its_worker_thread() -> None:
+    import gc
+    import weakref
+
+    earlier = set(threading.enumerate())
+    llm = LLM(toy_factory(), cpu_stream="thread")
+    llm.generate([[3, 4, 5]], SamplingParams(max_tokens=3))
+    stream = weakref.ref(llm._engine.runner.stream)
+    (worker,) = [t for t in set(threading.enumerate()) - earlier if t.name == "tokenstate-cpu-stream"]
+    del llm
+    gc.collect()  # the runner and its stream reference each other
+    # The worker's last task (a bound method of the runner) must not keep the stream alive: a test
+    # suite making hundreds of engines had thousands of idle worker threads.
+    assert stream() is None
+    assert not worker.is_alive()  # stopped and joined by the stream's finalizer
