@@ -60,13 +60,11 @@ def slot_state_allocation(max_num_seqs: int, max_model_len: int) -> Iterator[Non
     """Around the slot state's allocation: a failed allocation becomes a :class:`ConfigError`."""
     try:
         yield
-    except (MemoryError, torch.OutOfMemoryError) as exc:
-        raise ConfigError(
-            f"LLM: the slot state for max_num_seqs={max_num_seqs} does not fit in memory ({exc}); "
-            f"{_advice(max_num_seqs, max_model_len)}."
-        ) from exc
-    except RuntimeError as exc:
-        if not any(failure in str(exc) for failure in _CPU_ALLOCATOR_FAILURES):
+    except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        failed_allocation = isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or any(
+            failure in str(exc) for failure in _CPU_ALLOCATOR_FAILURES
+        )
+        if not failed_allocation:
             raise
         raise ConfigError(
             f"LLM: the slot state for max_num_seqs={max_num_seqs} does not fit in memory ({exc}); "
