@@ -9,6 +9,7 @@ that stop ids, bad words and n-gram drafts actually fire.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import Counter
 from dataclasses import dataclass
 from functools import cache
@@ -18,8 +19,9 @@ from hypothesis import strategies as st
 
 from tokenstate.contracts import PLACEHOLDER
 from tokenstate.models.toy import toy_factory
-from tokenstate.runtime import LLM, SamplingParams, resolve
+from tokenstate.runtime import LLM, SamplingParams, llm as llm_module, resolve
 from tokenstate.runtime.registry import ModelFactory
+from tokenstate.runtime.stream import Chaos
 from tokenstate.runtime.workload import Arrival, run_workload
 
 ALPHABET = st.integers(3, 14)  # small: repeats, stop ids and bad words that match
@@ -27,6 +29,12 @@ COUNTERS = (
     "preemptions", "reordered_steps", "skipped_rows", "drafts_accepted", "drafts_rejected",
     "discarded_tokens", "async_steps",
 )  # fmt: skip
+
+
+def chaos_for_every_engine(monkeypatch: Any, first_seed: int) -> None:
+    """Give every engine made from here on chaos mode with a fresh seed (``first_seed``, then on)."""
+    seeds = itertools.count(first_seed)
+    monkeypatch.setattr(llm_module, "chaos_from_env", lambda: Chaos(next(seeds)))
 
 
 @cache

@@ -5,13 +5,9 @@ and device work is exercised — and no schedule may diverge.
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
-from tokenstate.runtime import llm as llm_module
-from tokenstate.runtime.stream import Chaos
-
+from ._schedule_cases import chaos_for_every_engine
 from .test_schedule_property import EXAMPLES, assert_reached, one_thread, run_property
 
 __all__ = ["one_thread"]  # the module's autouse fixture, reused here
@@ -21,8 +17,7 @@ CHAOS_EXAMPLES = {"tiny-llama": 15, "toy": 20, "tiny-nemotron-h": 10, "tiny-kimi
 
 @pytest.fixture(autouse=True)
 def chaos_per_engine(monkeypatch):
-    seeds = itertools.count(1000)
-    monkeypatch.setattr(llm_module, "chaos_from_env", lambda: Chaos(next(seeds)))
+    chaos_for_every_engine(monkeypatch, 1000)
 
 
 @pytest.mark.parametrize("name", list(CHAOS_EXAMPLES))

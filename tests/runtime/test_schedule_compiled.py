@@ -9,15 +9,11 @@ the graph baked in, or a stale context, shows up here as a wrong token.
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from tokenstate.runtime import llm as llm_module
-from tokenstate.runtime.stream import Chaos
-
+from ._schedule_cases import chaos_for_every_engine
 from .test_schedule_property import assert_reached, one_thread, run_property
 
 __all__ = ["one_thread"]  # the module's autouse fixture, reused here
@@ -29,8 +25,7 @@ EXAMPLES = (25, 300)  # (default tier, slow tier), tiny-llama: the dense referen
 @pytest.fixture(params=["inline", "thread-chaos"])
 def stream(request, monkeypatch) -> str:
     if request.param == "thread-chaos":
-        seeds = itertools.count(3000)
-        monkeypatch.setattr(llm_module, "chaos_from_env", lambda: Chaos(next(seeds)))
+        chaos_for_every_engine(monkeypatch, 3000)
     return request.param
 
 

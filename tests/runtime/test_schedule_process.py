@@ -9,14 +9,11 @@ after the fork, or a step whose pickled plan lost a field, shows up here as a wr
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
-from tokenstate.runtime import llm as llm_module
 from tokenstate.runtime.process_stream import process_stream_available
-from tokenstate.runtime.stream import Chaos
 
+from ._schedule_cases import chaos_for_every_engine
 from .test_schedule_property import EXAMPLES, assert_reached, one_thread, run_property
 
 __all__ = ["one_thread"]  # the module's autouse fixture, reused here
@@ -32,8 +29,7 @@ PROCESS_EXAMPLES = {"tiny-llama": (20, 250), "toy": (20, 250), "tiny-nemotron-h"
 def chaos(request, monkeypatch) -> bool:
     """Under chaos every engine gets a fresh seed (the device process pauses before its tasks)."""
     if request.param:
-        seeds = itertools.count(2000)
-        monkeypatch.setattr(llm_module, "chaos_from_env", lambda: Chaos(next(seeds)))
+        chaos_for_every_engine(monkeypatch, 2000)
     return request.param
 
 
