@@ -146,7 +146,7 @@ def _cell(model: str, load: str, path: Path, vllm_python: str | None, quick: boo
         rows.append(row(
             f"tokens/s, ours eager (compile=False) / vLLM-CPU, {model} model, workload {load}",
             med["ours-eager"], med["vllm"], unit="tokens/s", target="report", ok=True,
-            ratio_per_round_min_med_max=_spread(eager_rounds), **common,
+            ratio_per_round_min_med_max=_spread(eager_rounds), tokens_equal_to_hf=f"{same_hf}/{total}", **common,
         ))  # fmt: skip
     hf_runs = runs["hf"] + [runs["hf"][-1]] * (len(runs["ours"]) - len(runs["hf"]))  # slow cell: one HF run
     per_round = [statistics.median(o["tokens_per_s"]) / statistics.median(h["tokens_per_s"])
@@ -192,11 +192,18 @@ def main() -> None:
     args = parser.parse_args()
     results = run(args.quick, tuple(args.models), tuple(args.workloads), args.vllm_python)
     print_table(results)
-    for r in results:
-        print(f"  {r['measure']}: tokens/s (min, median, max) {r['tokens_per_s_min_med_max']}; ratio per "
-              f"round {r['ratio_per_round_min_med_max']}; tokens equal to HF {r['tokens_equal_to_hf']}"
-              + (f", to vLLM {r['tokens_equal_to_vllm']}" if "tokens_equal_to_vllm" in r else "")
-              + f"; peak RSS MiB {r['peak_rss_mb']}")  # fmt: skip
+    print("\n".join(detail_lines(results)))
+
+
+def detail_lines(results: list[dict[str, Any]]) -> list[str]:
+    """One line per row under the table: spreads, token agreement and peak RSS."""
+    return [
+        f"  {r['measure']}: tokens/s (min, median, max) {r['tokens_per_s_min_med_max']}; ratio per "
+        f"round {r['ratio_per_round_min_med_max']}; tokens equal to HF {r['tokens_equal_to_hf']}"
+        + (f", to vLLM {r['tokens_equal_to_vllm']}" if "tokens_equal_to_vllm" in r else "")
+        + f"; peak RSS MiB {r['peak_rss_mb']}"
+        for r in results
+    ]
 
 
 if __name__ == "__main__":

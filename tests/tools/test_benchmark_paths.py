@@ -36,3 +36,23 @@ def test_benchmark_module_paths_exist(name: str) -> None:
     }
     missing = {attr: str(p) for attr, p in paths.items() if not p.exists()}
     assert not missing, f"benchmarks/{name}.py reads paths that are gone: {missing}"
+
+
+def test_the_peer_benchmark_reports_every_row_it_makes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every row of a peer cell (the eager row included) carries the fields its summary line prints.
+
+    The engines are faked (a real cell runs for minutes): each returns fixed tokens and speeds.
+    """
+    peers = importlib.import_module("engine_vs_peers")
+
+    def fake_spawn(engine: str, spec: dict, workdir: Path, python: str | None = None) -> dict:
+        tokens = [[7] * n for n in spec["max_tokens"]]
+        return {"tokens_per_s": [100.0] * spec["reps"], "tokens": tokens, "peak_rss_mb": 1.0}
+
+    monkeypatch.setattr(peers, "spawn", fake_spawn)
+    rows = peers._cell("tiny", "A", tmp_path, "vllm-python", True, tmp_path)
+    assert [r["measure"].split(",")[1].strip() for r in rows] == [
+        "ours / vLLM-CPU", "ours eager (compile=False) / vLLM-CPU", "ours / HF generate (batched)",
+    ]  # fmt: skip
+    lines = peers.detail_lines(rows)
+    assert len(lines) == 3 and all("tokens equal to HF 1024/1024" in line for line in lines)
