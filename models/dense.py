@@ -243,6 +243,10 @@ class DenseForCausalLM(nn.Module):
         self._head = FusedProjection()  # lm_head, pre-packed where that pays
         self.tie_weights()
 
+    def projections(self) -> list[tuple[FusedProjection, tuple[nn.Linear, ...]]]:
+        """The LM head's projection (the layers list their own)."""
+        return [(self._head, (self.lm_head,))]
+
     def prepack_linears(self) -> None:
         self._head.prepare((self.lm_head,))
 

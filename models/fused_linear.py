@@ -39,14 +39,14 @@ plain copy, :data:`MAX_PACKED_BYTES` for a packed one), the projections run one 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tokenstate.models.compiled import OpaqueSites, opaque_call
-from tokenstate.models.cpu_gemm import CALIBRATION_ROWS, calibrating, choose_gemm
+from tokenstate.models.cpu_gemm import CALIBRATION_ROWS, calibrate_model, calibrating, choose_gemm
 
 __all__ = [
     "MAX_FUSED_BYTES",
@@ -222,8 +222,7 @@ class FusedProjection:
             # One linear unpacked: use its own weight, no copy at all.
             self._weight = (torch.cat(weights, dim=0) if len(weights) > 1 else weights[0]).detach()  # [sum(out), in]
             self._bias = (torch.cat(present, dim=0) if len(present) > 1 else present[0]).detach() if present else None
-            one_row_eligible = sum(w.numel() for w in weights) < MIN_ONE_ROW_PACKED_ELEMENTS
-            choice = choose_gemm(self._weight, one_row_eligible=one_row_eligible) if candidate else None
+            choice = choose_gemm(self._weight, one_row_eligible=_one_row_eligible(weights)) if candidate else None
             if choice is not None and choice.packed:
                 self._packed = torch.ops.mkldnn._reorder_linear_weight(self._weight, CALIBRATION_ROWS)
                 if choice.one_row_mm:
@@ -252,13 +251,45 @@ def prepack(model: nn.Module) -> nn.Module:
     :class:`FusedProjection`). Run it once the weights are final — after building or loading —
     so the first step does not pay for packing; a later weight change is picked up lazily.
     """
-    # Shapes first seen here are measured with this model's weights streaming between the timed calls.
-    with torch.no_grad(), calibrating(model.parameters()):
-        for module in model.modules():
-            hook = getattr(module, "prepack_linears", None)
-            if callable(hook):
-                hook()
+    with torch.no_grad():
+        # Every packable shape first seen here is decided by passes over the model's GEMMs in step
+        # order; one no pass could see (none, normally) is timed alone, the model's weights between.
+        groups = [(weights, _one_row_eligible(weights)) for weights in _projection_weights(model)]
+        calibrate_model([(weights, eligible) for weights, eligible in groups if _packs(weights)])
+        with calibrating(model.parameters()):
+            for module in model.modules():
+                hook = getattr(module, "prepack_linears", None)
+                if callable(hook):
+                    hook()
     return model
+
+
+def _projection_weights(model: nn.Module) -> list[list[Tensor]]:
+    """The weights of each :class:`FusedProjection` of ``model``, in the order a step runs them.
+
+    Modules list their projections with ``projections()`` (pairs of a projection and its linears); a
+    post-order walk puts a layer's projections before the next layer's and the LM head's last, and a
+    projection listed twice (by a layer and by its attention block) counts once.
+    """
+    seen: set[int] = set()
+    groups = []
+    for module in _post_order(model):
+        listed = getattr(module, "projections", None)
+        for projection, linears in listed() if callable(listed) else ():
+            if id(projection) not in seen:
+                seen.add(id(projection))
+                groups.append([lin.weight for lin in linears])
+    return groups
+
+
+def _post_order(module: nn.Module) -> Iterator[nn.Module]:
+    for child in module.children():
+        yield from _post_order(child)
+    yield module
+
+
+def _one_row_eligible(weights: Sequence[Tensor]) -> bool:
+    return sum(w.numel() for w in weights) < MIN_ONE_ROW_PACKED_ELEMENTS
 
 
 def _call_projection(objects: tuple, inputs: list[Tensor]) -> Tensor:

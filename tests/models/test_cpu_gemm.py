@@ -106,21 +106,105 @@ def test_a_bad_mode_is_refused_with_the_valid_ones(monkeypatch: pytest.MonkeyPat
     assert get_cpu_gemm_mode() == "onednn"
 
 
-def test_prepack_measures_with_the_models_own_weights_streaming_between_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+def _tiny_llama_config(layers: int = 2) -> dict:
+    return {"vocab_size": 1024, "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": layers,
+            "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 64}  # fmt: skip
+
+
+def test_prepack_decides_every_shape_by_passes_over_the_models_gemms_in_step_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stubbed pass timer: packing the q/k/v and LM-head shapes makes a pass faster, packing the
+    MLP's slower. The search keeps exactly the faster flips and times no shape alone."""
     from tokenstate.models.llama import build
 
+    saved_us = {(256, 512): 3.0, (256, 1536): -2.0, (768, 256): -1.0, (256, 1024): 1.0}  # per packed call
+    passes: list[list[tuple[int, int]]] = []  # the GEMMs of every timed pass, in order
+
+    def pass_us(timed: list, layouts: dict[str, list[bool]]) -> dict[str, float]:
+        gemms = [(k[0], k[1]) for k, _, _ in timed]
+        passes.append(gemms)
+        return {name: 100.0 - sum(saved_us[g] for g, packs in zip(gemms, layout, strict=True) if packs)
+                for name, layout in layouts.items()}  # fmt: skip
+
+    monkeypatch.setattr(cpu_gemm, "_choices", {})
+    monkeypatch.setattr(cpu_gemm, "_pass_us", pass_us)
+    monkeypatch.setattr(cpu_gemm, "_measure", lambda *a, **k: pytest.fail("a shape was timed alone"))
+    monkeypatch.setattr(cpu_gemm, "_with_one_row", lambda choice, packed, weight_t: choice)
+    with cpu_gemm_mode("auto"):
+        model = build(_tiny_llama_config())
+    decided = {(k[0], k[1]): c for k, c in gemm_choices().items()}
+    assert {shape: c.packed for shape, c in decided.items()} == {
+        (256, 512): True, (256, 1536): False, (768, 256): False, (256, 1024): True,
+    }  # fmt: skip
+    assert all(c.model_pass and c.onednn_us is not None and c.mm_us is not None for c in decided.values())
+    # Two configurations to start from, then one comparison per shape; every pass runs the model's
+    # GEMMs in step order: per layer q/k/v, gate/up, down (o_proj is below the floor), the LM head last.
+    layer = [(256, 512), (256, 1536), (768, 256)]
+    assert passes == [layer * 2 + [(256, 1024)]] * 5
+    attention, mlp = model.model.layers[0].self_attn, model.model.layers[1].mlp
+    assert attention._qkv.packed and not mlp._gate_up.packed and not mlp._down.packed and model._head.packed
+
+
+def test_the_real_model_pass_decides_each_new_shape_once_and_runs_its_choice() -> None:
+    from tokenstate.models.llama import build
+
+    saved = dict(cpu_gemm._choices)
+    cpu_gemm._choices.clear()
+    try:
+        with cpu_gemm_mode("auto"):
+            model = build(_tiny_llama_config(layers=1))
+            decided = gemm_choices()
+            again = build(_tiny_llama_config(layers=1))  # same shapes: nothing is timed again
+        assert gemm_choices() == decided
+        shapes = {(k[0], k[1]) for k in decided}
+        assert shapes == {(256, 512), (256, 1536), (768, 256), (256, 1024)}  # o_proj (2^16) is below the floor
+        for choice in decided.values():
+            assert choice.model_pass and choice.onednn_us > 0 and choice.mm_us > 0
+            assert choice.packed == (choice.onednn_us < choice.mm_us)
+            assert choice.one_row_mm == (choice.packed and choice.mm_one_row_us < choice.onednn_one_row_us)
+        qkv_choice = next(c for k, c in decided.items() if (k[0], k[1]) == (256, 512))
+        for m in (model, again):
+            assert m.model.layers[0].self_attn._qkv.packed is qkv_choice.packed
+    finally:
+        cpu_gemm._choices.clear()
+        cpu_gemm._choices.update(saved)
+
+
+def test_a_pinned_mode_runs_no_model_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenstate.models.llama import build
+
+    monkeypatch.setattr(cpu_gemm, "_choices", {})
+    monkeypatch.setattr(cpu_gemm, "_median_us", lambda *a, **k: pytest.fail("timed under a pinned mode"))
+    with cpu_gemm_mode("mm"):
+        model = build(_tiny_llama_config(layers=1))
+    assert gemm_choices() == {} and not model.model.layers[0].self_attn._qkv.packed
+
+
+def test_a_shape_no_pass_decided_is_timed_alone_with_the_models_weights_streaming(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A projection outside any model pass (a lone FusedProjection in a model's prepack) falls back
+    to timing its shape alone, with the model's own weights read between the timed calls."""
     swept: list[int] = []
 
     def measure(weight: torch.Tensor, *, one_row_eligible: bool) -> GemmChoice:
         swept.append(sum(t.numel() for t in cpu_gemm._state.sweep))
         return GemmChoice(packed=False, one_row_mm=False)
 
+    class Lone(nn.Module):  # lists no projections(): its prepack hook alone builds the cache
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj, self.fused = nn.Linear(512, 768, bias=False), FusedProjection()
+
+        def prepack_linears(self) -> None:
+            self.fused.prepare((self.proj,))
+
     monkeypatch.setattr(cpu_gemm, "_measure", measure)
     monkeypatch.setattr(cpu_gemm, "_choices", {})
-    config = {"vocab_size": 1024, "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 2,
-              "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 64}  # fmt: skip
+    from tokenstate.models.fused_linear import prepack
+
     with cpu_gemm_mode("auto"):
-        model = build(config)
-    weights = sum(p.numel() for p in model.parameters())
-    assert swept and all(n == weights for n in swept)  # q/k/v, gate/up, down, head: each measured once
-    assert len(swept) == 4 and cpu_gemm._state.sweep == ()  # o_proj (2^16) is below the floor; sweep dropped after
+        model = prepack(Lone())
+    assert swept == [768 * 512] and cpu_gemm._state.sweep == ()  # the sweep is dropped afterwards
+    assert not model.fused.packed
