@@ -60,12 +60,21 @@ class OpaqueSites:
 _STEP = threading.local()  # .sites, .batch: the model and step this thread is running
 
 
-@torch.library.custom_op("tokenstate::opaque_call", mutates_args=())
+# Defined with the low-level library API, not ``torch.library.custom_op``: the dispatcher calls the
+# kernel directly, without custom_op's Python wrapper layers (a call costs 6.7 µs warm against 10.5).
+# It mutates nothing and has no autograd formula: forwards in grad mode run eagerly, outside graphs.
+_LIBRARY = torch.library.Library("tokenstate", "DEF")
+_LIBRARY.define("opaque_call(Tensor[] inputs, int call_id, int[] tail) -> Tensor")
+
+
 def _opaque_call(inputs: list[Tensor], call_id: int, tail: list[int]) -> Tensor:
     return _current("sites").call(call_id, inputs)
 
 
-@_opaque_call.register_fake
+_LIBRARY.impl("opaque_call", _opaque_call, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("tokenstate::opaque_call", lib=_LIBRARY)
 def _opaque_call_shape(inputs: list[Tensor], call_id: int, tail: list[int]) -> Tensor:
     return inputs[0].new_empty(inputs[0].shape[0], *tail)  # [num_tokens, *tail]
 
