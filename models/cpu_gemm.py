@@ -213,10 +213,10 @@ def calibrate_model(groups: Sequence[tuple[Sequence[Tensor], bool]]) -> None:
             _choices[k] = GemmChoice(
                 packed=k in chosen, one_row_mm=False, onednn_us=us["onednn"], mm_us=us["mm"], model_pass=True
             )  # fmt: skip
-        for k, weights in keyed:  # the one-row copy: timed alone, once per packed eligible shape
-            choice = _choices[k]
-            if k in new and choice.packed and k[3] and choice.onednn_one_row_us is None:
-                _choices[k] = _with_one_row(choice, *_copies(_fused(weights)))
+        copies = {k: (packed, weight_t) for k, packed, weight_t in timed}  # every new shape has a group there
+        for k in new:  # the one-row copy: timed alone, once per packed eligible shape
+            if _choices[k].packed and k[3]:
+                _choices[k] = _with_one_row(_choices[k], *copies[k])
 
 
 def _key_of(weights: Sequence[Tensor], one_row_eligible: bool) -> tuple[int, int, int, bool]:

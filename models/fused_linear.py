@@ -254,8 +254,7 @@ def prepack(model: nn.Module) -> nn.Module:
     with torch.no_grad():
         # Every packable shape first seen here is decided by passes over the model's GEMMs in step
         # order; one no pass could see (none, normally) is timed alone, the model's weights between.
-        groups = [(weights, _one_row_eligible(weights)) for weights in _projection_weights(model)]
-        calibrate_model([(weights, eligible) for weights, eligible in groups if _packs(weights)])
+        calibrate_model([(w, _one_row_eligible(w)) for w in _projection_weights(model) if _packs(w)])
         with calibrating(model.parameters()):
             for module in model.modules():
                 hook = getattr(module, "prepack_linears", None)

@@ -146,29 +146,24 @@ def test_prepack_decides_every_shape_by_passes_over_the_models_gemms_in_step_ord
     assert attention._qkv.packed and not mlp._gate_up.packed and not mlp._down.packed and model._head.packed
 
 
-def test_the_real_model_pass_decides_each_new_shape_once_and_runs_its_choice() -> None:
+def test_the_real_model_pass_decides_each_new_shape_once_and_runs_its_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     from tokenstate.models.llama import build
 
-    saved = dict(cpu_gemm._choices)
-    cpu_gemm._choices.clear()
-    try:
-        with cpu_gemm_mode("auto"):
-            model = build(_tiny_llama_config(layers=1))
-            decided = gemm_choices()
-            again = build(_tiny_llama_config(layers=1))  # same shapes: nothing is timed again
-        assert gemm_choices() == decided
-        shapes = {(k[0], k[1]) for k in decided}
-        assert shapes == {(256, 512), (256, 1536), (768, 256), (256, 1024)}  # o_proj (2^16) is below the floor
-        for choice in decided.values():
-            assert choice.model_pass and choice.onednn_us > 0 and choice.mm_us > 0
-            assert choice.packed == (choice.onednn_us < choice.mm_us)
-            assert choice.one_row_mm == (choice.packed and choice.mm_one_row_us < choice.onednn_one_row_us)
-        qkv_choice = next(c for k, c in decided.items() if (k[0], k[1]) == (256, 512))
-        for m in (model, again):
-            assert m.model.layers[0].self_attn._qkv.packed is qkv_choice.packed
-    finally:
-        cpu_gemm._choices.clear()
-        cpu_gemm._choices.update(saved)
+    monkeypatch.setattr(cpu_gemm, "_choices", {})
+    with cpu_gemm_mode("auto"):
+        model = build(_tiny_llama_config(layers=1))
+        decided = gemm_choices()
+        again = build(_tiny_llama_config(layers=1))  # same shapes: nothing is timed again
+    assert gemm_choices() == decided
+    shapes = {(k[0], k[1]) for k in decided}
+    assert shapes == {(256, 512), (256, 1536), (768, 256), (256, 1024)}  # o_proj (2^16) is below the floor
+    for choice in decided.values():
+        assert choice.model_pass and choice.onednn_us > 0 and choice.mm_us > 0
+        assert choice.packed == (choice.onednn_us < choice.mm_us)
+        assert choice.one_row_mm == (choice.packed and choice.mm_one_row_us < choice.onednn_one_row_us)
+    qkv_choice = next(c for k, c in decided.items() if (k[0], k[1]) == (256, 512))
+    for m in (model, again):
+        assert m.model.layers[0].self_attn._qkv.packed is qkv_choice.packed
 
 
 def test_a_pinned_mode_runs_no_model_pass(monkeypatch: pytest.MonkeyPatch) -> None:
