@@ -23,7 +23,16 @@ then costs only its own work (the combine), no overlap and no hand-offs. Rows:
   imply, ``(host + device) / max(host, device)`` — no scheduling can beat it — and, per engine
   running in this process, the share of the wall time the stream spent computing.
 * **time per step async / sync on tiny-llama**, each engine on the inline stream (target ≤ 1.02:
-  async scheduling costs at most 2 %) and on the thread stream (reported).
+  async scheduling costs at most 2 %) and on the thread stream (reported). On the inline stream all
+  of a step's work happens inside ``step()``, so the two engines are interleaved finely: each
+  repetition drives both through the workload ``STEP_BLOCK`` steps at a time in turn, timing every
+  ``step()`` call, and gives one ratio of the two engines' mean step times. This machine's speed
+  drifts by a third or more within a second; whole ``generate`` calls back to back caught the
+  drift in one engine's call and not the other's (single ratios 0.66–1.90 on one run), steps a few
+  milliseconds apart see the same machine (0.93–1.07). Blocks, not single steps, so that each
+  engine's step still mostly follows its own and finds its caches as a lone engine would (strictly
+  alternating steps ran each step about 1.8x slower). The thread stream's device work runs on
+  after ``step()`` returns, into the other engine's turn, so its row keeps whole calls.
 
 One intra-op thread: the forward runs on the stream's worker (or the device process) and the host
 needs the other core (on a 2-core machine a second OpenMP thread would fight the host for it).
@@ -63,6 +72,60 @@ def _workload(num_prompts: int, vocab: int) -> list[list[int]]:
     return [[(31 * i + 7 * j) % (vocab - 12) + 3 for j in range(n)] for i, n in enumerate(lengths)]
 
 
+STEP_BLOCK = 8  # steps an engine runs before the other takes its turn (inline-stream rows)
+
+
+def _compare_steps(model: Any, *, num_prompts: int, max_tokens: int, reps: int) -> dict[str, Any]:
+    """Async against sync, both on the inline stream, interleaved ``STEP_BLOCK`` steps at a time.
+
+    Each repetition queues the workload on both engines and drives them in turn (the order swapped
+    every turn) until both are done; only the ``step()`` calls are timed. Returns what
+    :func:`_compare` returns, with ``ratios`` the repetitions' async / sync mean step times."""
+    engines, clocks = _engines(model, {"async": "inline", "sync": "inline"})
+    prompts = _workload(num_prompts, engines["async"].model.vocab_size)
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    step_s: dict[str, list[float]] = {mode: [] for mode in engines}  # per repetition: mean step
+    device_s: dict[str, list[float]] = {mode: [] for mode in engines}  # per repetition: device per step
+    tokens: dict[str, dict[int, list[int]]] = {}
+    for rep in range(reps + 1):
+        spent = dict.fromkeys(engines, 0.0)
+        steps = dict.fromkeys(engines, 0)
+        tokens = {mode: {} for mode in engines}
+        for mode, llm in engines.items():
+            clocks[mode].seconds = 0.0
+            for prompt in prompts:
+                llm.add_request(prompt, params)
+        turn = 0
+        while any(llm.has_unfinished_requests() for llm in engines.values()):
+            order = list(engines.items()) if turn % 2 else list(engines.items())[::-1]
+            turn += 1
+            for mode, llm in order:
+                for _ in range(STEP_BLOCK):
+                    if not llm.has_unfinished_requests():
+                        break
+                    start = time.perf_counter()
+                    finished = llm.step()
+                    spent[mode] += time.perf_counter() - start
+                    steps[mode] += 1
+                    tokens[mode].update((out.request_id, out.token_ids) for out in finished)
+        if rep:  # the first round warms both up
+            for mode in engines:
+                step_s[mode].append(spent[mode] / steps[mode])
+                device_s[mode].append(clocks[mode].seconds / steps[mode])
+    sync_step = statistics.median(step_s["sync"]) * 1e3
+    device_step = statistics.median(device_s["sync"]) * 1e3
+    host_step = sync_step - device_step
+    return {
+        "step_ms": {m: statistics.median(s) * 1e3 for m, s in step_s.items()},
+        "ratios": [a / s for a, s in zip(step_s["async"], step_s["sync"], strict=True)],
+        "host_ms": host_step,
+        "device_ms": device_step,
+        "bound": (host_step + device_step) / max(host_step, device_step),
+        "busy": {m: round(statistics.median(device_s[m]) / statistics.median(step_s[m]), 3) for m in engines},
+        "tokens_match": tokens["async"] == tokens["sync"],
+    }
+
+
 class _DeviceClock:
     """Accumulates the time the stream's worker spends in the runner's device steps (a stream in
     this process; a device process's time is not seen: ``seconds`` stays ``None``)."""
@@ -83,11 +146,8 @@ class _DeviceClock:
         runner._device_step = timed  # type: ignore[method-assign]
 
 
-def _compare(
-    model: Any, *, num_prompts: int, max_tokens: int, reps: int, cpu_stream: str, sync_stream: str | None = None
-) -> dict[str, Any]:
-    """Async on ``cpu_stream`` against sync on ``sync_stream`` (default: the same stream)."""
-    streams = {"async": cpu_stream, "sync": sync_stream or cpu_stream}
+def _engines(model: Any, streams: dict[str, str]) -> tuple[dict[str, LLM], dict[str, _DeviceClock]]:
+    """The async and the sync engine over ``model``, each on its stream, and their device clocks."""
     engines = {
         mode: LLM(
             model, async_scheduling=mode == "async", max_num_seqs=16, max_num_batched_tokens=256,
@@ -95,7 +155,14 @@ def _compare(
         )
         for mode, stream in streams.items()
     }
-    clocks = {mode: _DeviceClock(llm) for mode, llm in engines.items()}
+    return engines, {mode: _DeviceClock(llm) for mode, llm in engines.items()}
+
+
+def _compare(
+    model: Any, *, num_prompts: int, max_tokens: int, reps: int, cpu_stream: str, sync_stream: str | None = None
+) -> dict[str, Any]:
+    """Async on ``cpu_stream`` against sync on ``sync_stream`` (default: the same stream)."""
+    engines, clocks = _engines(model, {"async": cpu_stream, "sync": sync_stream or cpu_stream})
     prompts = _workload(num_prompts, engines["async"].model.vocab_size)
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     wall: dict[str, list[float]] = {mode: [] for mode in engines}
@@ -182,11 +249,13 @@ def run(quick: bool = False) -> list[dict]:
         )  # fmt: skip
         rows.append(_throughput_row("tiny-llama", "process", "inline", tiny, ">= 1.2"))
         for stream, target in (("inline", "<= 1.02"), ("thread", "report")):
-            tiny = _compare(
-                "tiny-llama", num_prompts=16 if quick else 32, max_tokens=24 if quick else 48,
-                reps=5 if quick else 15, cpu_stream=stream,
-            )  # fmt: skip
-            step_ratios = sorted(1 / r for r in tiny["ratios"])
+            size = {"num_prompts": 16 if quick else 32, "max_tokens": 24 if quick else 48, "reps": 5 if quick else 15}
+            if stream == "inline":
+                tiny = _compare_steps("tiny-llama", **size)
+                step_ratios = sorted(tiny["ratios"])  # async / sync mean step time
+            else:
+                tiny = _compare("tiny-llama", **size, cpu_stream=stream)
+                step_ratios = sorted(1 / r for r in tiny["ratios"])  # whole calls: sync / async throughput
             median = statistics.median(step_ratios)
             rows.append(
                 row(

@@ -8,6 +8,7 @@ tree or data file would only show when somebody next runs ``run_all.py``. Every 
 from __future__ import annotations
 
 import importlib
+import itertools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,3 +57,27 @@ def test_the_peer_benchmark_reports_every_row_it_makes(monkeypatch: pytest.Monke
     ]  # fmt: skip
     lines = peers.detail_lines(rows)
     assert len(lines) == 3 and all("tokens equal to HF 1024/1024" in line for line in lines)
+
+
+def test_the_inline_async_row_drives_both_engines_in_alternating_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inline-stream row interleaves the two engines ``STEP_BLOCK`` steps at a time, so the
+    machine's drift lands on both; whole back-to-back calls let it land on one."""
+    avs = importlib.import_module("async_vs_sync")
+    from tokenstate.runtime import LLM
+
+    calls: list[int] = []
+    step = LLM.step
+
+    def logged(self: LLM) -> list:
+        calls.append(id(self))
+        return step(self)
+
+    monkeypatch.setattr(LLM, "step", logged)
+    monkeypatch.setattr(avs, "STEP_BLOCK", 2)
+    result = avs._compare_steps("tiny-llama", num_prompts=4, max_tokens=6, reps=1)
+    assert result["tokens_match"] and len(result["ratios"]) == 1
+    runs = [len(list(group)) for _, group in itertools.groupby(calls)]
+    # Each turn is one engine's block; the order swaps every turn, so the same engine may take two
+    # blocks back to back (one run of up to 4) where the turns meet; a run only ends short when
+    # that engine has finished.
+    assert len(runs) > 4 and max(runs) <= 4, runs
