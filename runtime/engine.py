@@ -69,7 +69,7 @@ class Engine:
     def step(self) -> list[Request]:
         """Run one step; returns the requests whose finish the host learned in it."""
         finished = self._step()
-        self.watchdog.after_step((*self.scheduler.running, *self.scheduler.waiting), len(finished))
+        self.watchdog.after_step(self.scheduler.unfinished, len(finished))
         return finished
 
     def _step(self) -> list[Request]:

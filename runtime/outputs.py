@@ -97,10 +97,14 @@ class EngineStats:
             same request) had held: the slot's per-request state had to be reseeded.
         preempted_in_flight: preemptions of a request with a token (or drafts) still in flight.
         preempted_awaiting_drafts: ... of those, preemptions while its drafts were being verified.
-        slots_handed_over_in_flight: admissions to a slot whose previous owner was preempted and
-            still had a token in flight: that token resolves after the slot has a new owner.
+        slots_handed_over_in_flight: admissions to a slot whose previous owner was preempted (or
+            released, below) and still had a token in flight: that token resolves after the slot
+            has a new owner.
         readmissions_held_in_flight: times a preempted request that would fit again waited one
             more step because its token was still in flight (it must re-prefill that token too).
+        slots_released_in_flight: running requests whose in-flight tokens were certain to finish
+            them (a length limit) and whose slot went to a waiting request before those tokens
+            resolved (async only; the sync path frees the slot in the same step).
     """
 
     async_steps: int = 0
@@ -120,6 +124,7 @@ class EngineStats:
     slots_handed_over_in_flight: int = 0
     skipped_prefill_rows: int = 0
     readmissions_held_in_flight: int = 0
+    slots_released_in_flight: int = 0
 
     @property
     def total_steps(self) -> int:

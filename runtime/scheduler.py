@@ -20,6 +20,14 @@ re-prefills them all (recompute — recurrent state is rebuilt the same way).
 
 A request can hit EOS at step N while already scheduled in step N+1 (async): :meth:`Scheduler.update`
 discards tokens of a finished request, so no such row ever emits one.
+
+**A slot freed a step early (async).** A running request whose in-flight tokens take it to
+``max_tokens`` or ``max_model_len`` will finish whatever they are, and no further row of it can
+run; while requests wait, its slot goes to one of them in the step being scheduled, not one step
+later when the host learns the token (the sync path frees it in that same step). The request is
+*released*: out of ``running``, its late token joins its output when it resolves (never recorded
+into the slot's host table, which has a new owner — as for a request preempted in flight); on the
+device the new owner's reseed is ordered behind the in-flight step like any slot reuse.
 """
 
 from __future__ import annotations
@@ -86,7 +94,8 @@ class Scheduler:
         self._free_slots = list(range(max_num_seqs))  # a heap: the lowest free slot is reused first
         self._num_arrivals = 0
         self._used_slots: set[int] = set()  # slots some admission has held (for slot_reuses)
-        self._lost_in_flight: dict[int, Request] = {}  # slot -> request preempted with tokens in flight
+        self._lost_in_flight: dict[int, Request] = {}  # slot -> request preempted/released with tokens in flight
+        self._released: list[Request] = []  # finishing with their last tokens in flight, slot given up
 
     def add(self, request: Request) -> None:
         request.arrival = self._num_arrivals
@@ -95,7 +104,12 @@ class Scheduler:
 
     @property
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self._released)
+
+    @property
+    def unfinished(self) -> tuple[Request, ...]:
+        """Every request not finished yet: running, waiting, and released with a token in flight."""
+        return (*self.running, *self.waiting, *self._released)
 
     def _wants_row(self, req: Request) -> bool:
         if req.num_computed < req.prefill_len:
@@ -109,9 +123,30 @@ class Scheduler:
             and req.num_tokens < self.max_model_len
         )
 
+    def _finishes_in_flight(self, req: Request) -> bool:
+        """Whether ``req``'s in-flight rows end it whatever they sample: each emits at least one
+        token, and that many reach a length limit."""
+        return req.num_inflight > 0 and (
+            req.num_generated >= req.params.max_tokens or req.num_tokens >= self.max_model_len
+        )
+
+    def _release_finishing(self) -> None:
+        """Give waiting requests the slots of running ones that can only finish (async)."""
+        wanted = len(self.waiting) - len(self._free_slots)
+        for req in [r for r in self.running if self._finishes_in_flight(r)][: max(wanted, 0)]:
+            self.running.remove(req)
+            heapq.heappush(self._free_slots, req.slot)
+            self._lost_in_flight[req.slot] = req  # its token resolves after the slot's next owner came
+            req.slot = -1
+            self._released.append(req)
+            self.stats.slots_released_in_flight += 1
+
     def _kv_free(self) -> int:
         assert self.kv_cache_tokens is not None
-        return self.kv_cache_tokens - sum(r.num_computed for r in self.running)
+        # A released request's KV stays counted until its last token resolves (vLLM frees a
+        # finished request's blocks when the host learns that it finished, not before).
+        held = sum(r.num_computed for r in self.running) + sum(r.num_computed for r in self._released)
+        return self.kv_cache_tokens - held
 
     def _reserve(self, req: Request, need: int, scheduled: set[int]) -> bool:
         """Make room for ``need`` more KV tokens of ``req``; False if ``req`` had to yield its slot."""
@@ -191,6 +226,8 @@ class Scheduler:
         return [replace(row, slot=row.request.slot) for row in rows]
 
     def schedule(self) -> ScheduledBatch:
+        if self.waiting:
+            self._release_finishing()
         budget = self.max_num_batched_tokens
         wanting = [r for r in self.running if self._wants_row(r)]
         decode = [r for r in wanting if r.num_computed >= r.prefill_len]
@@ -346,6 +383,9 @@ class Scheduler:
         if req.finished:
             return
         req.finish_reason = reason
+        if req in self._released:
+            self._released.remove(req)  # its slot went to a waiting request already
+            return
         if req.slot < 0:
             self.waiting.remove(req)  # preempted with its last token in flight
             return
@@ -356,4 +396,5 @@ class Scheduler:
         """Drop every request and free every slot (after an error aborted a generate call)."""
         self.waiting.clear()
         self.running.clear()
+        self._released.clear()
         self._free_slots = list(range(self.max_num_seqs))

@@ -41,7 +41,7 @@ def _fail(problem: str) -> None:
 def audit_engine(engine: Engine) -> None:
     """Raise :class:`~tokenstate.contracts.ContractViolation` on the first broken invariant."""
     scheduler, runner = engine.scheduler, engine.runner
-    for req in (*scheduler.running, *scheduler.waiting):
+    for req in scheduler.unfinished:
         if req.num_discarded:
             _fail(
                 f"request {req.request_id} is unfinished but {req.num_discarded} token(s) resolved for "

@@ -387,3 +387,15 @@ def bad_words_at_first_logit_only(patch: MutantPatch) -> None:
         return plan([e for e in entries if (e[1], e[2]) in firsts], **kwargs)
 
     patch.setattr(runner_module, "plan_bad_words", first_logits_only)
+
+
+@mutant(
+    "ASY-20/slot-held-until-the-last-token-resolves",
+    doc="A running request whose in-flight token can only finish it (a length limit) keeps its slot "
+    "until the host resolves that token, so a waiting request is admitted one step later than on "
+    "the sync path, and the async engine needs a step more for every such request.",
+)
+def slot_held_until_last_token_resolves(patch: MutantPatch) -> None:
+    from tokenstate.runtime.scheduler import Scheduler
+
+    patch.setattr(Scheduler, "_release_finishing", lambda self: None)

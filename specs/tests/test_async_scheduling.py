@@ -18,6 +18,7 @@ from .async_scheduling_mutants import (
     resume_keeps_prefill_len,
     reused_slot_keeps_history,
     sampling_state_by_row,
+    slot_held_until_last_token_resolves,
 )
 
 PROMPTS = [[5, 6, 7, 5, 6], [9, 3], [11, 12, 13, 14, 15, 16, 17], [4], [8, 8, 9, 8, 8]]
@@ -147,3 +148,15 @@ def test_penalties_at_a_draft_position_see_the_drafts_before_it():
 @pytest.mark.paid("ASY-18", before=bad_words_at_first_logit_only)
 def test_bad_words_are_banned_at_every_draft_position():
     drafted_equals_plain(BAD_WORDS)
+
+
+@pytest.mark.paid("ASY-20", before=slot_held_until_last_token_resolves)
+def test_a_finishing_request_gives_its_slot_to_a_waiting_one_in_the_same_step_as_sync():
+    # Twelve requests through four slots, every one ending at its length limit: each wave's slots
+    # must go to the next wave in the step where the sync engine frees them.
+    prompts = [[3 + i, 4, 5 + i] for i in range(12)]
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    (sync, sync_stats), (async_, stats) = both_paths(toy_factory(), prompts, params, max_num_seqs=4)
+    assert [o.token_ids for o in async_] == [o.token_ids for o in sync]
+    assert stats.slots_released_in_flight > 0 and stats.discarded_tokens == 0
+    assert stats.total_steps == sync_stats.total_steps  # launched steps: not one more

@@ -94,6 +94,39 @@ def test_max_tokens_is_known_at_schedule_time_so_no_row_is_wasted():
     assert sched.schedule().rows == ()  # nothing more to feed until the host learns the token
 
 
+def test_a_request_whose_in_flight_token_ends_it_gives_its_slot_to_a_waiting_one_at_once():
+    """Async: a request whose last allowed token is still in flight cannot run again, so its slot
+    goes to a waiting request in the very next step (as on the sync path, where the token is
+    already known), instead of staying idle for a step. The late token still joins its output."""
+    sched = Scheduler(max_num_seqs=1, max_num_batched_tokens=64, max_model_len=64)
+    sched.add(make(0, 3, max_tokens=2))
+    sched.add(make(1, 2, max_tokens=1))
+    first = sched.schedule()  # request 0's prompt: samples its first token
+    resolve(sched, first, [7])
+    second = sched.schedule()  # its decode samples the last allowed token, still in flight
+    req0 = second.rows[0].request
+    third = sched.schedule()  # async: scheduled before step 2's token is known
+    assert shape(third) == [(1, 0, 2, True)] and third.admitted[0].slot == 0
+    assert sched.stats.slots_released_in_flight == 1
+    late = sched.update(second, np.array([8], dtype=np.int32))  # kept, finishes request 0 ...
+    assert late.finished == [req0] and req0.output_token_ids == [7, 8] and req0.finish_reason == "length"
+    assert late.kept.tolist() == [True] and late.record.tolist() == [False]  # ... slot 0 is request 1's
+    finished, _ = resolve(sched, third, [9])
+    assert [r.request_id for r in finished] == [1] and not sched.has_unfinished
+
+
+def test_a_request_whose_in_flight_drafts_may_not_end_it_keeps_its_slot():
+    """Only a finish certain whatever the step emits frees a slot early: a drafted row emits 1 to
+    ``1 + num_drafts`` tokens, and with fewer than all of them the request goes on."""
+    sched = Scheduler(max_num_seqs=1, max_num_batched_tokens=64, max_model_len=64, num_speculative_tokens=2)
+    sched.add(make(0, 3, max_tokens=4))
+    sched.add(make(1, 2, max_tokens=1))
+    resolve(sched, sched.schedule(), [7])
+    drafted = sched.schedule()
+    assert shape(drafted) == [(0, 3, 3, True)]  # its new token and 2 drafts: 2 to 4 generated
+    assert sched.schedule().rows == () and sched.stats.slots_released_in_flight == 0
+
+
 def test_async_extra_token_of_a_finished_request_is_discarded():
     sched = Scheduler(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=64)
     sched.add(make(0, 2, eos=5, max_tokens=8))
