@@ -123,17 +123,18 @@ class Scheduler:
             and req.num_tokens < self.max_model_len
         )
 
-    def _finishes_in_flight(self, req: Request) -> bool:
-        """Whether ``req``'s in-flight rows end it whatever they sample: each emits at least one
-        token, and that many reach a length limit."""
-        return req.num_inflight > 0 and (
-            req.num_generated >= req.params.max_tokens or req.num_tokens >= self.max_model_len
-        )
-
     def _release_finishing(self) -> None:
-        """Give waiting requests the slots of running ones that can only finish (async)."""
+        """Give waiting requests the slots of running ones that can only finish (async): those whose
+        in-flight rows, each emitting at least one token, reach a length limit whatever they sample."""
         wanted = len(self.waiting) - len(self._free_slots)
-        for req in [r for r in self.running if self._finishes_in_flight(r)][: max(wanted, 0)]:
+        if wanted <= 0:
+            return
+        finishing = [
+            r for r in self.running
+            if r.num_inflight  # runs on every step while requests wait: the cheap test first
+            and (r.num_generated >= r.params.max_tokens or r.num_tokens >= self.max_model_len)
+        ]  # fmt: skip
+        for req in finishing[:wanted]:
             self.running.remove(req)
             heapq.heappush(self._free_slots, req.slot)
             self._lost_in_flight[req.slot] = req  # its token resolves after the slot's next owner came
