@@ -41,7 +41,6 @@ needs the other core (on a 2-core machine a second OpenMP thread would fight the
 from __future__ import annotations
 
 import argparse
-import gc
 import statistics
 import sys
 import tempfile
@@ -115,6 +114,8 @@ def _compare_steps(model: Any, *, num_prompts: int, max_tokens: int, reps: int) 
                 step_s[mode].append(spent[mode] / steps[mode])
                 total_s[mode].append(spent[mode])
                 device_s[mode].append(clocks[mode].seconds / steps[mode])
+    for llm in engines.values():
+        llm.close()  # its stream now, not inside the next row's timed runs
     sync_step = statistics.median(step_s["sync"]) * 1e3
     device_step = statistics.median(device_s["sync"]) * 1e3
     host_step = sync_step - device_step
@@ -154,7 +155,6 @@ class _DeviceClock:
 
 def _engines(model: Any, streams: dict[str, str]) -> tuple[dict[str, LLM], dict[str, _DeviceClock]]:
     """The async and the sync engine over ``model``, each on its stream, and their device clocks."""
-    gc.collect()  # the previous row's engines (and device processes) go now, not inside a timed run
     engines = {
         mode: LLM(
             model, async_scheduling=mode == "async", max_num_seqs=16, max_num_batched_tokens=256,
@@ -191,6 +191,8 @@ def _compare(
             if rep:
                 wall[mode].append(elapsed)
                 device[mode].append(clocks[mode].seconds)
+    for llm in engines.values():
+        llm.close()  # its device process now, not inside the next row's timed runs
     generated = sum(len(t) for t in tokens["sync"])
     ratios = [s / a for a, s in zip(wall["async"], wall["sync"], strict=True)]  # throughput ratios
     sync_step = statistics.median(wall["sync"]) / steps["sync"] * 1e3

@@ -49,6 +49,7 @@ class Engine:
         )
         self.runner = ModelRunner(factory, model, config)
         self._in_flight: InFlight | None = None
+        self._closed = False
         # A hang is a failure: no progress for this many steps raises EngineStalledError.
         self.watchdog = ProgressWatchdog(
             default_stall_limit(int(model.max_model_len), config.max_num_batched_tokens)
@@ -118,6 +119,18 @@ class Engine:
         )  # fmt: skip
         self.runner.record(in_flight, resolved, update.record)
         return update.finished
+
+    def close(self) -> None:
+        """Drop every request and stop the runner's stream (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.abort()  # waits for the stream's in-flight work first
+        except TokenStateError:
+            pass  # the stream had already failed (a dead device process): stop it all the same
+        finally:
+            self.runner.close()
 
     def abort(self) -> None:
         """Forget every request and the in-flight step (after an error aborted a generate call)."""

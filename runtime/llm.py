@@ -293,6 +293,7 @@ class LLM:
         self.stats: EngineStats = EngineStats()
         """Step counters over the engine's lifetime (see `EngineStats`)."""
         self._lock = threading.Lock()
+        self._closed = False
         self._num_requests = 0
         self._next_request_id = 0
         engine_chaos = chaos_from_env() if chaos is None else Chaos(chaos)
@@ -312,6 +313,25 @@ class LLM:
         if compile:  # before the engine: a device process forked by its stream inherits the wrapper
             _compile_layers(self.factory.name, self.model, config)
         self._engine = Engine(self.factory, self.model, config, self.stats)
+
+    def close(self) -> None:
+        """Stop the engine now: drop unfinished requests, stop the stream's worker thread or
+        device process (``cpu_stream="thread"`` / ``"process"``) and free what they hold.
+
+        Idempotent; afterwards ``generate``, ``add_request`` and ``step`` raise ``ConfigError``.
+        Without it the stream stops when the ``LLM`` is garbage-collected. ``with LLM(...) as llm:``
+        closes on leaving the block.
+        """
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._engine.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @property
     def async_scheduling(self) -> bool:
@@ -395,8 +415,15 @@ class LLM:
 
     @_serialized
     def has_unfinished_requests(self) -> bool:
-        """Whether a request is waiting, running, or has a step in flight."""
-        return self._has_unfinished()
+        """Whether a request is waiting, running, or has a step in flight (never, once closed)."""
+        return not self._closed and self._has_unfinished()
+
+    def _require_open(self, method: str) -> None:
+        if self._closed:
+            raise ConfigError(
+                f"LLM.{method}: this LLM was closed (its stream and device process are stopped); "
+                "create a new LLM."
+            )
 
     def _has_unfinished(self) -> bool:
         return self._engine.has_unfinished
@@ -408,6 +435,7 @@ class LLM:
         It joins the next :meth:`step` that has room for it; its :class:`RequestOutput` comes back
         from the step in which it finishes.
         """
+        self._require_open("add_request")
         checked = self._validate_prompt(0, prompt)
         request_id = self._next_request_id
         params = self._validate_params(request_id, SamplingParams() if params is None else params, checked)
@@ -418,6 +446,7 @@ class LLM:
     @_serialized
     def step(self) -> list[RequestOutput]:
         """Run one engine step; returns the requests whose finish the host learnt in it."""
+        self._require_open("step")
         if not self._has_unfinished():
             return []
         try:
@@ -444,6 +473,7 @@ class LLM:
             sampling_params: one `SamplingParams` for all prompts, or one per prompt
                 (default: ``SamplingParams()``).
         """
+        self._require_open("generate")
         for name in unsupported:
             raise ConfigError(
                 f"generate({name}=...) is not supported; generate takes prompts and "

@@ -415,3 +415,7 @@ class ModelRunner:
     def abort(self) -> None:
         """Drain the stream and drop the error it may have kept (after an aborted generate call)."""
         self.stream.reset()
+
+    def close(self) -> None:
+        """Stop the stream's worker thread or device process (idempotent)."""
+        self.stream.close()

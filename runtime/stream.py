@@ -48,7 +48,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 
-from tokenstate.contracts import ConfigError
+from tokenstate.contracts import ConfigError, TokenStateError
 
 __all__ = [
     "CHAOS_ENV",
@@ -233,6 +233,9 @@ class DeviceStream(Protocol):
     def start(self, objects: Iterable[object]) -> None:
         """The device-side objects (runner, mirror, model) are complete; tasks may follow."""
 
+    def close(self) -> None:
+        """Stop the stream's worker, if it has one, now (idempotent); no task runs afterwards."""
+
 
 class _InProcessBuffers:
     """Buffers of a stream whose device work runs in this process: plain (or pinned) allocations."""
@@ -249,6 +252,9 @@ class _InProcessBuffers:
 
     def start(self, objects: Iterable[object]) -> None:
         pass  # the device works on the very objects the host built
+
+    def close(self) -> None:
+        pass  # tasks run in the submitting thread (inline) or on the GPU: no worker to stop
 
 
 class _CpuEvent:
@@ -341,15 +347,25 @@ class CpuStream(_InProcessBuffers):
             daemon=True,
         )  # fmt: skip
         worker.start()
-        key = id(worker)
-        _workers[key] = (worker, self._tasks)
-        weakref.finalize(self, _stop, key)  # stop the worker with its stream
+        self._key = id(worker)
+        _workers[self._key] = (worker, self._tasks)
+        weakref.finalize(self, _stop, self._key)  # stop the worker with its stream
+
+    def _require_open(self) -> None:
+        if self._key not in _workers:  # a closed stream's events would never pass
+            raise TokenStateError("CPU stream: closed, its worker thread is stopped; start a new LLM.")
 
     def submit(self, fn: Callable[..., object], *args: Any) -> None:
+        self._require_open()
         self._tasks.put((self._submitted, contextvars.copy_context(), fn, args))
         self._submitted += 1
 
+    def close(self) -> None:
+        """Run what was submitted, then stop and join the worker thread (idempotent)."""
+        _stop(self._key)
+
     def record_event(self) -> _CpuEvent:
+        self._require_open()
         event = _CpuEvent(self._faults, self._submitted)
         self._tasks.put(event)
         return event

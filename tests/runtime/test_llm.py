@@ -249,3 +249,40 @@ def test_each_token_records_the_step_and_row_that_sampled_it(async_scheduling, h
     assert out[0].origins[0].row == 0 and out[1].origins[0].row == 1
     stats = llm.stats.as_dict()
     assert stats["total_steps"] == llm.stats.total_steps == 4 and stats["finished_requests"] == 2
+
+
+@pytest.mark.parametrize("cpu_stream", ["inline", "thread", "process"])
+def test_close_stops_the_stream_and_refuses_further_work(cpu_stream):
+    """``close()`` (or leaving a ``with`` block) stops the engine's stream at once — the worker
+    thread or the forked device process — rather than whenever the garbage collector gets to it,
+    and the closed engine refuses new work with a clear error."""
+    import os
+    import threading
+
+    from tokenstate.runtime.process_stream import process_stream_available
+
+    if cpu_stream == "process" and not process_stream_available():
+        pytest.skip("the device process needs Linux")
+    workers_before = {t for t in threading.enumerate() if t.name == "tokenstate-cpu-stream"}
+    with LLM(toy_factory(), async_scheduling=True, max_num_seqs=2, cpu_stream=cpu_stream) as llm:
+        out = llm.generate([[1, 2, 3], [4, 5]], SamplingParams(max_tokens=4, ignore_eos=True))
+        assert [len(o.token_ids) for o in out] == [4, 4]
+        stream = llm._engine.runner.stream
+        pid = stream._link.pid if cpu_stream == "process" else None
+        llm.add_request([7, 8], SamplingParams(max_tokens=4))
+        llm.step()  # left unfinished: close() drops it
+    if pid is not None:
+        assert stream._link.pid is None
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reaped: the device process is gone
+    workers_after = {t for t in threading.enumerate() if t.name == "tokenstate-cpu-stream"}
+    assert not any(t.is_alive() for t in workers_after - workers_before)
+    assert not llm.has_unfinished_requests()
+    for call in (
+        lambda: llm.generate([[1, 2]]),
+        lambda: llm.add_request([1, 2]),
+        llm.step,
+    ):
+        with pytest.raises(ConfigError, match="closed"):
+            call()
+    llm.close()  # idempotent
