@@ -26,10 +26,10 @@ then costs only its own work (the combine), no overlap and no hand-offs. Rows:
   async scheduling costs at most 2 %) and on the thread stream (reported). On the inline stream all
   of a step's work happens inside ``step()``, so the two engines are interleaved finely: each
   repetition drives both through the workload ``STEP_BLOCK`` steps at a time in turn, timing every
-  ``step()`` call, and gives one ratio of the two engines' time in steps for the whole workload. This machine's speed
-  drifts by a third or more within a second; whole ``generate`` calls back to back caught the
-  drift in one engine's call and not the other's (single ratios 0.66–1.90 on one run), steps a few
-  milliseconds apart see the same machine (0.93–1.07). Blocks, not single steps, so that each
+  ``step()`` call, and gives one ratio of the two engines' time in steps for the whole workload.
+  This machine's speed drifts by a third or more within a second; whole ``generate`` calls back to
+  back caught the drift in one engine's call and not the other's (single ratios 0.66–1.90 on one
+  run), steps a few milliseconds apart see the same machine (0.93–1.07). Blocks, not single steps, so that each
   engine's step still mostly follows its own and finds its caches as a lone engine would (strictly
   alternating steps ran each step about 1.8x slower). The thread stream's device work runs on
   after ``step()`` returns, into the other engine's turn, so its row keeps whole calls.
@@ -70,67 +70,6 @@ FORWARD_DOMINATED = {
 def _workload(num_prompts: int, vocab: int) -> list[list[int]]:
     lengths = [8 + (17 * i) % 56 for i in range(num_prompts)]  # 8 .. 63 tokens
     return [[(31 * i + 7 * j) % (vocab - 12) + 3 for j in range(n)] for i, n in enumerate(lengths)]
-
-
-STEP_BLOCK = 8  # steps an engine runs before the other takes its turn (inline-stream rows)
-
-
-def _compare_steps(model: Any, *, num_prompts: int, max_tokens: int, reps: int) -> dict[str, Any]:
-    """Async against sync, both on the inline stream, interleaved ``STEP_BLOCK`` steps at a time.
-
-    Each repetition queues the workload on both engines and drives them in turn (the order swapped
-    every turn) until both are done; only the ``step()`` calls are timed. Returns what
-    :func:`_compare` returns, with ``ratios`` the repetitions' async / sync time in steps."""
-    engines, clocks = _engines(model, {"async": "inline", "sync": "inline"})
-    prompts = _workload(num_prompts, engines["async"].model.vocab_size)
-    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-    step_s: dict[str, list[float]] = {mode: [] for mode in engines}  # per repetition: mean step
-    total_s: dict[str, list[float]] = {mode: [] for mode in engines}  # per repetition: all steps
-    device_s: dict[str, list[float]] = {mode: [] for mode in engines}  # per repetition: device per step
-    tokens: dict[str, dict[int, list[int]]] = {}
-    for rep in range(reps + 1):
-        spent = dict.fromkeys(engines, 0.0)
-        steps = dict.fromkeys(engines, 0)
-        tokens = {mode: {} for mode in engines}
-        for mode, llm in engines.items():
-            clocks[mode].seconds = 0.0
-            for prompt in prompts:
-                llm.add_request(prompt, params)
-        turn = 0
-        while any(llm.has_unfinished_requests() for llm in engines.values()):
-            order = list(engines.items()) if turn % 2 else list(engines.items())[::-1]
-            turn += 1
-            for mode, llm in order:
-                for _ in range(STEP_BLOCK):
-                    if not llm.has_unfinished_requests():
-                        break
-                    start = time.perf_counter()
-                    finished = llm.step()
-                    spent[mode] += time.perf_counter() - start
-                    steps[mode] += 1
-                    tokens[mode].update((out.request_id, out.token_ids) for out in finished)
-        if rep:  # the first round warms both up
-            for mode in engines:
-                step_s[mode].append(spent[mode] / steps[mode])
-                total_s[mode].append(spent[mode])
-                device_s[mode].append(clocks[mode].seconds / steps[mode])
-    for llm in engines.values():
-        llm.close()  # its stream now, not inside the next row's timed runs
-    sync_step = statistics.median(step_s["sync"]) * 1e3
-    device_step = statistics.median(device_s["sync"]) * 1e3
-    host_step = sync_step - device_step
-    return {
-        "step_ms": {m: statistics.median(s) * 1e3 for m, s in step_s.items()},
-        "run_ms": {m: statistics.median(s) * 1e3 for m, s in total_s.items()},
-        # Whole workloads, not mean steps: the async engine takes a step or two more for the same
-        # tokens (the last one only resolves), and those near-empty steps would flatter its mean.
-        "ratios": [a / s for a, s in zip(total_s["async"], total_s["sync"], strict=True)],
-        "host_ms": host_step,
-        "device_ms": device_step,
-        "bound": (host_step + device_step) / max(host_step, device_step),
-        "busy": {m: round(statistics.median(device_s[m]) / statistics.median(step_s[m]), 3) for m in engines},
-        "tokens_match": tokens["async"] == tokens["sync"],
-    }
 
 
 class _DeviceClock:
@@ -211,6 +150,67 @@ def _compare(
             m: None if clocks[m].seconds is None else round(statistics.median(device[m]) / statistics.median(w), 3)
             for m, w in wall.items()
         },
+        "tokens_match": tokens["async"] == tokens["sync"],
+    }
+
+
+STEP_BLOCK = 8  # steps an engine runs before the other takes its turn (inline-stream rows)
+
+
+def _compare_steps(model: Any, *, num_prompts: int, max_tokens: int, reps: int) -> dict[str, Any]:
+    """Async against sync, both on the inline stream, interleaved ``STEP_BLOCK`` steps at a time.
+
+    Each repetition queues the workload on both engines and drives them in turn (the order swapped
+    every turn) until both are done; only the ``step()`` calls are timed. Returns what
+    :func:`_compare` returns, with ``ratios`` the repetitions' async / sync time in steps."""
+    engines, clocks = _engines(model, {"async": "inline", "sync": "inline"})
+    prompts = _workload(num_prompts, engines["async"].model.vocab_size)
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    step_s: dict[str, list[float]] = {mode: [] for mode in engines}  # per repetition: mean step
+    total_s: dict[str, list[float]] = {mode: [] for mode in engines}  # per repetition: all steps
+    device_s: dict[str, list[float]] = {mode: [] for mode in engines}  # per repetition: device per step
+    tokens: dict[str, dict[int, list[int]]] = {}
+    for rep in range(reps + 1):
+        spent = dict.fromkeys(engines, 0.0)
+        steps = dict.fromkeys(engines, 0)
+        tokens = {mode: {} for mode in engines}
+        for mode, llm in engines.items():
+            clocks[mode].seconds = 0.0
+            for prompt in prompts:
+                llm.add_request(prompt, params)
+        turn = 0
+        while any(llm.has_unfinished_requests() for llm in engines.values()):
+            order = list(engines.items()) if turn % 2 else list(engines.items())[::-1]
+            turn += 1
+            for mode, llm in order:
+                for _ in range(STEP_BLOCK):
+                    if not llm.has_unfinished_requests():
+                        break
+                    start = time.perf_counter()
+                    finished = llm.step()
+                    spent[mode] += time.perf_counter() - start
+                    steps[mode] += 1
+                    tokens[mode].update((out.request_id, out.token_ids) for out in finished)
+        if rep:  # the first round warms both up
+            for mode in engines:
+                step_s[mode].append(spent[mode] / steps[mode])
+                total_s[mode].append(spent[mode])
+                device_s[mode].append(clocks[mode].seconds / steps[mode])
+    for llm in engines.values():
+        llm.close()  # its stream now, not inside the next row's timed runs
+    sync_step = statistics.median(step_s["sync"]) * 1e3
+    device_step = statistics.median(device_s["sync"]) * 1e3
+    host_step = sync_step - device_step
+    return {
+        "step_ms": {m: statistics.median(s) * 1e3 for m, s in step_s.items()},
+        "run_ms": {m: statistics.median(s) * 1e3 for m, s in total_s.items()},
+        # Whole workloads, not mean steps: the async engine takes a step more for the same tokens
+        # (the last one only resolves), and a near-empty step would flatter its mean.
+        "ratios": [a / s for a, s in zip(total_s["async"], total_s["sync"], strict=True)],
+        "host_ms": host_step,
+        "device_ms": device_step,
+        "bound": (host_step + device_step) / max(host_step, device_step),
+        "busy": {m: round(statistics.median(device_s[m]) / statistics.median(step_s[m]), 3) for m in engines},
         "tokens_match": tokens["async"] == tokens["sync"],
     }
 

@@ -234,7 +234,8 @@ class DeviceStream(Protocol):
         """The device-side objects (runner, mirror, model) are complete; tasks may follow."""
 
     def close(self) -> None:
-        """Stop the stream's worker, if it has one, now (idempotent); no task runs afterwards."""
+        """Stop the stream's worker thread or device process, if it has one, now (idempotent);
+        a stopped one refuses further tasks (the ``LLM`` that owns the stream refuses them first)."""
 
 
 class _InProcessBuffers:
