@@ -111,6 +111,11 @@ class Scheduler:
         """Every request not finished yet: running, waiting, and released with a token in flight."""
         return (*self.running, *self.waiting, *self._released)
 
+    def _at_length_limit(self, req: Request) -> bool:
+        """Whether ``req``'s tokens, in-flight ones counted once per row, reach ``max_tokens`` or
+        ``max_model_len``: each in-flight row emits at least one token, so it will finish then."""
+        return req.num_generated >= req.params.max_tokens or req.num_tokens >= self.max_model_len
+
     def _wants_row(self, req: Request) -> bool:
         if req.num_computed < req.prefill_len:
             return True  # prefill chunks always run
@@ -119,21 +124,17 @@ class Scheduler:
         return (
             not req.awaiting_drafts
             and req.num_computed < req.num_tokens
-            and req.num_generated < req.params.max_tokens
-            and req.num_tokens < self.max_model_len
+            and not self._at_length_limit(req)
         )
 
     def _release_finishing(self) -> None:
-        """Give waiting requests the slots of running ones that can only finish (async): those whose
-        in-flight rows, each emitting at least one token, reach a length limit whatever they sample."""
+        """Give waiting requests the slots of running ones that can only finish (async): their
+        in-flight rows reach a length limit whatever they sample."""
         wanted = len(self.waiting) - len(self._free_slots)
         if wanted <= 0:
             return
-        finishing = [
-            r for r in self.running
-            if r.num_inflight  # runs on every step while requests wait: the cheap test first
-            and (r.num_generated >= r.params.max_tokens or r.num_tokens >= self.max_model_len)
-        ]  # fmt: skip
+        # The in-flight count first: this runs on every step while requests wait.
+        finishing = [r for r in self.running if r.num_inflight and self._at_length_limit(r)]
         for req in finishing[:wanted]:
             self.running.remove(req)
             heapq.heappush(self._free_slots, req.slot)
