@@ -7,6 +7,8 @@ Every model in :mod:`tokenstate.models` composes these. Parameter names follow H
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -15,7 +17,7 @@ from tokenstate.contracts import ConfigError
 from tokenstate.models.compiled import OpaqueSites, current_attention_batch, opaque_call
 from tokenstate.models.cpu_memory import huge_page_zeros
 from tokenstate.models.fused_linear import FusedProjection
-from tokenstate.models.slot_batch import ShortRows, SlotBatch
+from tokenstate.models.slot_batch import LongRow, ShortRows, SlotBatch
 
 __all__ = [
     "ACTIVATIONS", "GatedMLP", "RMSNorm", "RotaryEmbedding", "SlotAttention", "allocate_kv_cache", "slot_attention",
@@ -205,14 +207,65 @@ def slot_attention(
         keys = k_cache[chunk.slot, :, : chunk.seq_len].unsqueeze(0)  # [1, kv_heads, S, d]
         values = v_cache[chunk.slot, :, : chunk.seq_len].unsqueeze(0)  # [1, kv_heads, S, dv]
         queries = q[chunk.start : chunk.end].transpose(0, 1).unsqueeze(0)  # [1, heads, n, d]
-        whole_sequence = chunk.num_computed == 0  # square causal mask: SDPA builds it itself
-        attended = F.scaled_dot_product_attention(
-            queries, keys, values,
-            attn_mask=None if whole_sequence else chunk.key_mask,
-            is_causal=whole_sequence, scale=scale, enable_gqa=gqa,
-        )  # [1, heads, n, v_head_dim]
-        out[chunk.start : chunk.end] = attended[0].transpose(0, 1)
+        attended = _attend_prefill_chunk(queries, keys, values, chunk, scale, gqa, k_cache.shape[2])
+        out[chunk.start : chunk.end] = attended[0].transpose(0, 1)  # from [1, heads, n, v_head_dim]
     return out
+
+
+PREFILL_BLOCK = 64
+"""Query rows per attention call of a prefill chunk on the CPU. torch's CPU flash kernel limits a
+causal query block's keys to the block's end only in whole 512-key blocks, so one causal call over
+``n <= 512`` queries computes all ``n * n`` scores and masks half of them; calls of 64 rows, each over
+the keys up to its own last position, compute about half. Measured on tiny-llama's shapes (8 heads
+of 32, 4 KV heads): 1.24x faster at 200 tokens, 1.37x at 400, even at 100 (*Design notes → CPU
+serving speed*)."""
+
+
+def _attend_prefill_chunk(
+    queries: Tensor, keys: Tensor, values: Tensor, chunk: LongRow, scale: float, gqa: bool, max_len: int
+) -> Tensor:
+    """``[1, heads, n, dv]``: a prefill chunk's queries (``[1, heads, n, d]``) over its slot's keys
+    and values up to its end (``[1, kv_heads, seq_len, d | dv]``), each query up to its own position.
+
+    On the CPU, in calls of :data:`PREFILL_BLOCK` queries, each over the keys up to its last query;
+    elsewhere (fused GPU kernels skip masked blocks themselves) in one call.
+    """
+    n, done = chunk.end - chunk.start, chunk.num_computed
+    # A continuing chunk brings its mask where it is attended in one call (bind makes it off the CPU).
+    if chunk.key_mask is not None if done else n <= PREFILL_BLOCK or not queries.is_cpu:
+        # One call: SDPA builds the square causal mask itself, or reads the chunk's.
+        return F.scaled_dot_product_attention(
+            queries, keys, values, attn_mask=chunk.key_mask, is_causal=done == 0, scale=scale, enable_gqa=gqa
+        )  # fmt: skip
+    out = queries.new_empty(1, queries.shape[1], n, values.shape[3])  # [1, heads, n, dv]
+    bias = _block_causal_bias(max_len, queries.dtype, queries.device)  # [PREFILL_BLOCK, width]
+    for first in range(0, n, PREFILL_BLOCK):
+        last = min(n, first + PREFILL_BLOCK)  # queries [first, last): positions done + first ...
+        num_keys = done + last  # the block reads keys [0, num_keys)
+        if done == 0 and first == 0:
+            mask, causal = None, True  # the chunk's first block starts the sequence: square causal
+        else:
+            # Key j is readable by block query i iff j <= done + first + i: the slice of the bias
+            # whose diagonal sits at column `done + first` (see _block_causal_bias).
+            shift = bias.shape[1] - PREFILL_BLOCK - (done + first)
+            mask, causal = bias[: last - first, shift : shift + num_keys], False  # [rows, num_keys]
+        out[:, :, first:last] = F.scaled_dot_product_attention(
+            queries[:, :, first:last], keys[:, :, :num_keys], values[:, :, :num_keys],
+            attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa,
+        )  # fmt: skip
+    return out
+
+
+@functools.cache
+def _block_causal_bias(max_len: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``[PREFILL_BLOCK, max_len + PREFILL_BLOCK]`` additive bias, ``-inf`` where column ``c > max_len + i``
+    for row ``i``, else ``0``: the slice ``[:rows, shift : shift + num_keys]`` with ``shift = max_len -
+    p`` lets query row ``i`` (position ``p + i``) read keys ``0 .. p + i``. One table per cache length,
+    dtype and device, shared by every layer and step (a view per call, nothing built per step)."""
+    width = max_len + PREFILL_BLOCK
+    row = torch.arange(PREFILL_BLOCK, device=device)[:, None]  # [PREFILL_BLOCK, 1]
+    col = torch.arange(width, device=device)[None, :]  # [1, width]
+    return torch.zeros(PREFILL_BLOCK, width, dtype=dtype, device=device).masked_fill_(col > max_len + row, float("-inf"))
 
 
 def _attend_short_rows(

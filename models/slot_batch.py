@@ -86,7 +86,7 @@ class LongRow:
     end: int
     num_computed: int
     seq_len: int
-    key_mask: Tensor | None  # [1, 1, n, seq_len] bool, device; None when num_computed == 0
+    key_mask: Tensor | None  # [1, 1, n, seq_len] bool, device; None when num_computed == 0 or on a CPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,8 +342,9 @@ def _key_bias(unreadable: np.ndarray) -> np.ndarray:
 def _long_row(slot: int, start: int, end: int, num_computed: int, device: torch.device) -> LongRow:
     seq_len = num_computed + end - start
     mask = None
-    if num_computed:
-        # A chunk continuing a prefill: query i sits at position num_computed + i.
+    if num_computed and device.type != "cpu":
+        # A chunk continuing a prefill, attended in one call: query i sits at position num_computed + i.
+        # (On the CPU it is attended in blocks, each masked by a view of one shared table.)
         query_pos = torch.arange(num_computed, seq_len, device=device)  # [n]
         mask = (torch.arange(seq_len, device=device)[None, :] <= query_pos[:, None])[None, None]
     return LongRow(slot, start, end, num_computed, seq_len, mask)
