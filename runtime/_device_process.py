@@ -225,6 +225,11 @@ def serve_forever(device: Device) -> int:
     try:
         with torch.inference_mode():
             device.serve()
+    except BrokenPipeError:
+        # An answer found the reply pipe closed: the host closed the stream (or exited) while this
+        # process still ran what it had been sent. Nobody waits for an answer any more; a task's own
+        # errors never get here (_run keeps them), so this is the quiet end of a closing host.
+        return 0
     except BaseException:
         traceback.print_exc()
         return 1

@@ -133,6 +133,17 @@ def test_close_stops_the_device_process_and_a_closed_stream_says_so() -> None:
     stream.close()  # idempotent
 
 
+def test_closing_while_the_device_answers_an_event_is_quiet(capfd: pytest.CaptureFixture[str]) -> None:
+    """A device process still running when its host closes the stream finds the reply pipe closed
+    when it answers an event: the host is gone, so it stops quietly (no traceback on stderr)."""
+    stream = ProcessStream()
+    stream.start([])
+    stream.submit(time.sleep, 0.2)
+    assert not stream.record_event().query()  # sent; answered after the sleep, to a closed pipe
+    stream.close()
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_the_host_wait_mode_comes_from_the_environment_and_a_wrong_one_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
