@@ -197,12 +197,13 @@ class _Link:
     without holding the stream (or the runner it references) alive.
     """
 
-    __slots__ = ("closed", "commands", "outbox", "pid", "replies", "shared")
+    __slots__ = ("closed", "commands", "outbox", "owner", "pid", "replies", "shared")
 
     def __init__(self) -> None:
         self.commands: Connection | None = None
         self.replies: Connection | None = None
         self.pid: int | None = None
+        self.owner = os.getpid()  # the host: a process forked from it inherits this link, not its device
         self.closed = False
         self.outbox: list[bytes] = []  # framed messages not yet sent (see ProcessStream._post)
         self.shared: dict[int, _SharedBuffer] = {}  # storage address -> buffer
@@ -376,6 +377,12 @@ class ProcessStream:
         """Queue a message; :meth:`_flush` sends the queue as one write. The host flushes whenever
         it is about to wait or look, so a step's copies, device step and events reach the device
         process together — one pipe write and at most one wake-up a step, not one per task."""
+        if self._link.owner != os.getpid():
+            # Its messages would land in the host's pipe between the host's own.
+            raise ConfigError(
+                f"process stream: this stream belongs to process {self._link.owner}; a process forked "
+                "from it cannot use its device process. Create the LLM in the forked process."
+            )
         self._link.outbox.append(len(message).to_bytes(4, "little") + message)
 
     def _flush(self) -> None:
@@ -450,8 +457,16 @@ class ProcessStream:
 
 
 def _shut_down(link: _Link) -> None:
-    """Tell the device process to stop, wait for it, close the pipes and shared buffers."""
+    """Tell the device process to stop, wait for it, close the pipes and shared buffers.
+
+    In a process forked from the host (whose exit runs this too, from ``atexit`` or the stream's
+    finalizer) only that process's copies of the pipes and buffers are closed: the device process
+    is the host's, and goes on serving it."""
     link.closed = True
+    if link.owner != os.getpid():
+        link.outbox, link.pid = [], None
+        _close_pipes(link)
+        return
     if link.commands is not None:
         quit_message = b"q"
         try:

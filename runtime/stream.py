@@ -349,10 +349,16 @@ class CpuStream(_InProcessBuffers):
         )  # fmt: skip
         worker.start()
         self._key = id(worker)
+        self._owner = os.getpid()  # a process forked from this one inherits the stream, not the worker
         _workers[self._key] = (worker, self._tasks)
         weakref.finalize(self, _stop, self._key)  # stop the worker with its stream
 
     def _require_open(self) -> None:
+        if self._owner != os.getpid():  # its events would never pass either
+            raise ConfigError(
+                f"CPU stream: its worker thread runs in process {self._owner}; a process forked from it "
+                "has none. Create the LLM in the forked process."
+            )
         if self._key not in _workers:  # a closed stream's events would never pass
             raise TokenStateError("CPU stream: closed, its worker thread is stopped; start a new LLM.")
 

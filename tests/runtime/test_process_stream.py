@@ -144,6 +144,34 @@ def test_closing_while_the_device_answers_an_event_is_quiet(capfd: pytest.Captur
     assert "Traceback" not in capfd.readouterr().err
 
 
+def test_a_forked_child_neither_stops_nor_uses_its_parents_device_process() -> None:
+    """A process forked from the host (a worker of the user's) inherits the stream: at its exit
+    (``atexit``, the finalizer) it must not stop the parent's device process, and a task it submits
+    is refused, not written into the parent's pipe between the parent's own tasks."""
+    stream = ProcessStream()
+    host = stream.host_buffer(1, torch.int64)  # [1]
+    stream.start([])
+    pid = os.fork()
+    if pid == 0:  # the child: report through its exit status, never return into pytest
+        code = 1
+        try:
+            try:
+                stream.submit(_fill, host, 1)
+                code = 2
+            except ConfigError as refused:
+                code = 0 if "forked" in str(refused) else 3
+            process_stream._stop_all()  # what the child's atexit runs
+            stream.close()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    stream.submit(_fill, host, 3)
+    stream.synchronize()  # the parent's device process still runs its tasks
+    assert host.item() == 3
+    stream.close()
+
+
 def test_the_host_wait_mode_comes_from_the_environment_and_a_wrong_one_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

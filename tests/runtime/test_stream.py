@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import os
 import threading
 
 import pytest
@@ -197,3 +198,27 @@ def test_a_dropped_engine_stops_its_worker_thread() -> None:
     # suite making hundreds of engines had thousands of idle worker threads.
     assert stream() is None
     assert not worker.is_alive()  # stopped and joined by the stream's finalizer
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_is_refused_the_worker_it_does_not_have() -> None:
+    """A process forked from the host inherits the stream but not its worker thread: a task it
+    submitted would wait forever, so it is refused with what to do instead."""
+    stream = CpuStream()
+    stream.synchronize()
+    pid = os.fork()
+    if pid == 0:  # the child: report through its exit status, never return into pytest
+        code = 1
+        try:
+            try:
+                stream.submit(lambda: None)
+                code = 2
+            except ConfigError as refused:
+                code = 0 if "forked" in str(refused) else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    stream.submit(lambda: None)
+    stream.synchronize()  # the host's worker still serves the host
+    stream.close()
