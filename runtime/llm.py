@@ -17,6 +17,7 @@ from numbers import Integral
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 from tokenstate.contracts import ConfigError
@@ -105,6 +106,30 @@ def _compile_layers(name: str, model: object, config: EngineConfig) -> None:
             "have one); use compile=False."
         )
     hook()
+
+
+Prompt = Sequence[int] | np.ndarray | torch.Tensor | Mapping[str, Sequence[int]]
+"""One prompt's token ids: a list (or tuple), a 1-D integer array or tensor, or vLLM's TokensPrompt
+dict ``{"prompt_token_ids": [...]}``."""
+
+
+def _ids_of_array(index: int, ids: np.ndarray | torch.Tensor) -> list[int]:
+    """One prompt given as a 1-D integer numpy array or tensor (as tokenizers return ids), as a list."""
+    kind = type(ids).__name__
+    if ids.ndim != 1:
+        raise ConfigError(
+            f"prompt {index}: a {kind} prompt must be 1-D (one prompt's ids), got shape "
+            f"{tuple(ids.shape)}; pass each row as a prompt of its own, without its padding."
+        )
+    integral = ids.dtype.kind in "iu" if isinstance(ids, np.ndarray) else not (
+        ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool
+    )
+    if not integral:
+        raise ConfigError(
+            f"prompt {index}: token ids must be integers, got {kind} dtype {ids.dtype}; convert "
+            "them, e.g. ids.astype(np.int64) or ids.long()."
+        )
+    return ids.tolist()
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -353,6 +378,8 @@ class LLM:
                     f"TokensPrompt), got keys {sorted(prompt)}."
                 )
             prompt = prompt["prompt_token_ids"]
+        if isinstance(prompt, np.ndarray | torch.Tensor):
+            prompt = _ids_of_array(index, prompt)
         if isinstance(prompt, str | bytes) or not isinstance(prompt, Sequence):
             raise ConfigError(
                 f"prompt {index}: expected a list of token ids, got {type(prompt).__name__} (tokenize "
@@ -429,7 +456,7 @@ class LLM:
         return self._engine.has_unfinished
 
     @_serialized
-    def add_request(self, prompt: Sequence[int], params: SamplingParams | None = None) -> int:
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None) -> int:
         """Queue one request (validated now); returns its ``request_id`` (0, 1, ... per engine).
 
         It joins the next :meth:`step` that has room for it; its :class:`RequestOutput` comes back
@@ -462,14 +489,15 @@ class LLM:
     @_serialized
     def generate(
         self,
-        prompts: Sequence[Sequence[int] | Mapping[str, Sequence[int]]],
+        prompts: Sequence[Prompt],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         **unsupported: object,
     ) -> list[RequestOutput]:
         """Generate for every prompt; returns one `RequestOutput` per prompt, in order.
 
         Args:
-            prompts: token-id lists (or vLLM ``{"prompt_token_ids": [...]}`` dicts).
+            prompts: token-id lists (or vLLM ``{"prompt_token_ids": [...]}`` dicts, or 1-D
+                integer numpy arrays or tensors, one per prompt, as tokenizers return them).
             sampling_params: one `SamplingParams` for all prompts, or one per prompt
                 (default: ``SamplingParams()``).
         """
@@ -480,6 +508,13 @@ class LLM:
                 "sampling_params=SamplingParams(...) (one, or a list with one per prompt)."
             )
         sampling = sampling_params
+        if isinstance(prompts, np.ndarray | torch.Tensor) and prompts.ndim == 2:
+            raise ConfigError(
+                f"generate: a 2-D {type(prompts).__name__} of prompts cannot say where each one's padding "
+                "is; pass a list with one prompt per row, each its own ids (a list, or a 1-D array or "
+                "tensor) without padding, e.g. [ids[mask.bool()] for ids, mask in zip(input_ids, "
+                "attention_mask)]."
+            )
         if isinstance(prompts, str | bytes) or not isinstance(prompts, Sequence):
             raise ConfigError(
                 f"generate: prompts must be a list of token-id lists, got {type(prompts).__name__}."

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 from jaxtyping import Float
@@ -170,6 +171,10 @@ def test_model_by_architecture_preset_and_path(tmp_path):
             r"stop_token_ids \[500\] are outside the vocabulary",
         ),
         ([[1]], {"max_tokens": 3}, "sampling_params must be one SamplingParams"),
+        ([np.array([1.0, 2.0])], None, r"prompt 0: token ids must be integers, got ndarray dtype float64"),
+        ([torch.tensor([[1, 2]])], None, r"prompt 0: a Tensor prompt must be 1-D .* got shape \(1, 2\)"),
+        ([np.array([1, 128])], None, r"prompt 0: token ids \[128\] are outside the vocabulary"),
+        (torch.tensor([[1, 2], [3, 0]]), None, "a 2-D Tensor of prompts cannot say where each one's padding is"),
     ],
 )
 def test_bad_generate_input_is_refused_before_any_step(prompts, sampling, message):
@@ -178,6 +183,22 @@ def test_bad_generate_input_is_refused_before_any_step(prompts, sampling, messag
         llm.generate(prompts, sampling)
     assert llm.stats.total_steps == 0
     assert llm.generate([[1, 2]], SamplingParams(max_tokens=2))[0].finish_reason == "length"
+
+
+def test_a_prompt_may_be_a_1d_integer_array_or_tensor_as_a_tokenizer_returns_it():
+    """One prompt's ids as numpy or torch return them (``tokenizer(text, return_tensors="np")``
+    rows, ``input_ids[0]``) are taken as its list of ids, on the CPU or any device."""
+    llm = LLM(toy_factory())
+    params = SamplingParams(max_tokens=4)
+    expected = [o.token_ids for o in llm.generate([[5, 6, 7], [9, 3]], params)]
+    given = [np.array([5, 6, 7], dtype=np.int32), torch.tensor([9, 3])]
+    assert [o.token_ids for o in llm.generate(given, params)] == expected
+    assert llm.generate([np.array([9, 3], dtype=np.uint16)], params)[0].token_ids == expected[1]
+    llm.add_request(torch.tensor([5, 6, 7], dtype=torch.int16), params)
+    done = []
+    while llm.has_unfinished_requests():
+        done += llm.step()
+    assert [o.token_ids for o in done] == [expected[0]]
 
 
 @pytest.mark.parametrize(
