@@ -117,6 +117,10 @@ def _mask_in_numpy(
     """
     starts, ends = query_start_loc[:-1], query_start_loc[1:]  # [num_rows] each
     query_lens = ends - starts  # [num_rows]
+    if query_start_loc[0] == 0 and not np.count_nonzero(query_lens != 1):
+        # One token a row (a decode step): that token is a spliced row's whole stale tail, drafts
+        # or not (the tail is clipped to the query), and no other token is stale.
+        return spliced
     if query_start_loc[0] != 0 or np.count_nonzero(query_lens < 0):
         raise ContractViolation(
             "stale_position_mask: query_start_loc must rise from 0 (row r spans "

@@ -66,6 +66,26 @@ def test_numpy_arrays_give_the_mask_torch_tensors_give() -> None:
     ).tolist()
 
 
+@pytest.mark.parametrize("one_token_rows", [True, False], ids=["decode-step", "mixed-step"])
+def test_the_mask_is_each_spliced_rows_tail_on_every_kind_of_step(one_token_rows: bool) -> None:
+    """The mask by its definition, row by row, on random steps: a decode step (one token a row,
+    which takes a shortcut) and steps mixing prefill chunks, empty rows and drafted rows."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        num_rows = int(rng.integers(1, 9))
+        query_lens = np.ones(num_rows, np.int64) if one_token_rows else rng.integers(0, 5, num_rows)
+        qsl = np.concatenate(([0], np.cumsum(query_lens))).astype(np.int32)
+        seq = rng.integers(1, 40, num_rows).astype(np.int32)
+        pre = (seq - rng.integers(-2, 3, num_rows)).astype(np.int32)
+        drafts = rng.integers(0, 3, num_rows).astype(np.int32)
+        want = []
+        for r in range(num_rows):
+            tail = min(1 + int(drafts[r]), int(query_lens[r])) if seq[r] > pre[r] else 0
+            want += [False] * (int(query_lens[r]) - tail) + [True] * tail
+        assert stale_position_mask(qsl, seq, pre, drafts).tolist() == want
+        assert stale_position_mask(i32(qsl.tolist()), i32(seq.tolist()), i32(pre.tolist()), i32(drafts.tolist())).tolist() == want
+
+
 def test_mixing_numpy_and_torch_is_a_contract_violation() -> None:
     seq = np.array([5, 6], dtype=np.int32)
     with pytest.raises(ContractViolation, match=r"of one kind \(torch tensors or numpy arrays\)"):
