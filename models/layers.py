@@ -263,9 +263,13 @@ def _block_causal_bias(max_len: int, dtype: torch.dtype, device: torch.device) -
     p`` lets query row ``i`` (position ``p + i``) read keys ``0 .. p + i``. One table per cache length,
     dtype and device, shared by every layer and step (a view per call, nothing built per step)."""
     width = max_len + PREFILL_BLOCK
-    row = torch.arange(PREFILL_BLOCK, device=device)[:, None]  # [PREFILL_BLOCK, 1]
-    col = torch.arange(width, device=device)[None, :]  # [1, width]
-    return torch.zeros(PREFILL_BLOCK, width, dtype=dtype, device=device).masked_fill_(col > max_len + row, float("-inf"))
+    # A plain tensor even when first asked for inside a serving step's inference_mode: an inference
+    # tensor could not be read by a later forward that records gradients.
+    with torch.inference_mode(False):
+        row = torch.arange(PREFILL_BLOCK, device=device)[:, None]  # [PREFILL_BLOCK, 1]
+        col = torch.arange(width, device=device)[None, :]  # [1, width]
+        table = torch.zeros(PREFILL_BLOCK, width, dtype=dtype, device=device)  # [PREFILL_BLOCK, width]
+        return table.masked_fill_(col > max_len + row, float("-inf"))
 
 
 def _attend_short_rows(

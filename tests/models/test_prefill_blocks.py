@@ -95,3 +95,18 @@ def test_a_long_chunk_is_split_into_blocks_over_growing_keys(monkeypatch):
 def _plan_of(done: int, n: int):
     """The host plan of a step with one prefill chunk of ``n`` tokens after ``done`` in slot SLOT."""
     return _SlotPlan(None, ((SLOT, 0, n, done),))
+
+
+def test_the_shared_bias_table_made_while_serving_still_serves_a_forward_with_gradients():
+    """The table is made once, usually inside a serving step's ``inference_mode``; a later forward
+    that records gradients (fine-tuning through the model) must still be able to read it."""
+    layers._block_causal_bias.cache_clear()
+    n, heads, d = 2 * layers.PREFILL_BLOCK, 2, 8
+    caches = torch.zeros(4, heads, MAX_LEN, d), torch.zeros(4, heads, MAX_LEN, d)
+    batch = SlotBatch.bind(_plan_of(0, n), (), torch.device("cpu"))
+    with torch.inference_mode():
+        layers.slot_attention(*(torch.randn(n, heads, d) for _ in range(3)), *caches, batch, scale=1.0)
+    q = torch.randn(n, heads, d, requires_grad=True)
+    out = layers.slot_attention(q, torch.randn(n, heads, d), torch.randn(n, heads, d), *caches, batch, scale=1.0)
+    out.sum().backward()
+    assert q.grad is not None and q.grad.shape == q.shape
