@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -80,3 +81,33 @@ def host_buffers_private(patch: MutantPatch) -> None:
     from tokenstate.runtime.process_stream import ProcessStream
 
     patch.setattr(ProcessStream, "host_buffer", lambda self, numel, dtype: torch.zeros(numel, dtype=dtype))
+
+
+_RUN_BEFORE = Path(__file__).resolve().parent / "recorded_before" / "async_vs_sync.json"
+"""``benchmarks/results.json``'s async_vs_sync rows as recorded before STR-5 and STR-7 were met."""
+
+
+def _read_the_run_before(patch: MutantPatch) -> None:
+    from . import _recorded
+
+    patch.setattr(_recorded, "RESULTS", _RUN_BEFORE)
+
+
+@mutant(
+    "STR-5/recorded-run-before",
+    doc="The recorded run is the one before the target was met (44c1034, 2026-12-06 15:11 UTC: the "
+    "inline workload time async / sync 1.021, before a decode step's stale-position mask became "
+    "the spliced-row flags): what the test reads while async scheduling still costs over 2 %.",
+)
+def str5_recorded_run_before(patch: MutantPatch) -> None:
+    _read_the_run_before(patch)
+
+
+@mutant(
+    "STR-7/recorded-run-before",
+    doc="The recorded run is the one before the target was met (44c1034, 2026-12-06 15:11 UTC: "
+    "async on the device process 1.109x the synchronous engine inline on tiny-llama): what the test "
+    "reads while the device process's hand-overs eat the overlap.",
+)
+def str7_recorded_run_before(patch: MutantPatch) -> None:
+    _read_the_run_before(patch)

@@ -21,6 +21,8 @@ from .stream_fences_mutants import (
     pending_read_unfenced,
     reseed_from_host,
     staging_reused_in_flight,
+    str5_recorded_run_before,
+    str7_recorded_run_before,
 )
 
 SEEDS = (11, 12, 13)
@@ -88,14 +90,14 @@ def test_recorded_async_run_beats_sync_by_a_fifth() -> None:
     assert all(r["tokens_match"] and r["ratio_min_median_max"][1] >= 1.2 for r in rows), rows
 
 
-@pytest.mark.owed("STR-5")
+@pytest.mark.paid("STR-5", before=str5_recorded_run_before)
 def test_recorded_inline_async_costs_at_most_two_percent() -> None:
     rows = [r for r in recorded_rows("async_vs_sync") if "inline stream" in r["measure"]]
     assert rows, "the recorded run has no async/sync row for the inline stream"
     assert all(r["tokens_match"] and r["ratio_min_median_max"][1] <= 1.02 for r in rows), rows
 
 
-@pytest.mark.owed("STR-7")
+@pytest.mark.paid("STR-7", before=str7_recorded_run_before)
 def test_recorded_device_process_run_beats_sync_by_a_fifth_on_tiny_llama() -> None:
     rows = _device_process_rows("tiny-llama")
     assert all(r["tokens_match"] and r["ratio_min_median_max"][1] >= 1.2 for r in rows), rows
