@@ -18,9 +18,9 @@ if not hasattr(runtime, "LLM"):  # pragma: no cover - only while the runner is b
 MAX_TOKENS = 32
 
 
-def prompts(count: int, vocab: int, seed: int) -> list[list[int]]:
+def prompts(count: int, vocab: int, seed: int, lengths: tuple[int, ...] = (1, 3, 7, 12, 19, 33, 48, 70, 5, 26, 2, 90)) -> list[list[int]]:
     gen = torch.Generator().manual_seed(seed)
-    lengths = [1, 3, 7, 12, 19, 33, 48, 70, 5, 26, 2, 90][:count]
+    lengths = lengths[:count]
     return [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in lengths]
 
 
@@ -45,16 +45,18 @@ def llama_registered():
         runtime.unregister(FACTORY)
 
 
-def run_gate(model_arg, preset: str, count: int, seed: int, tmp_path, hf_oracle) -> None:
+def run_gate(
+    model_arg, preset: str, count: int, seed: int, tmp_path, hf_oracle, *, budget: int = 64, lengths: tuple[int, ...] | None = None
+) -> None:
     """Greedy tokens of both engines equal HF generate's for every request (EOS stops both)."""
     model = FACTORY.build_preset(preset)
     save(model, tmp_path)
     hf = hf_oracle.load(tmp_path)
-    batch = prompts(count, model.vocab_size, seed)
+    batch = prompts(count, model.vocab_size, seed) if lengths is None else prompts(count, model.vocab_size, seed, lengths)
     expected = [hf_greedy(hf, p) for p in batch]
     params = runtime.SamplingParams(max_tokens=MAX_TOKENS)
     for async_scheduling in (False, True):
-        llm = runtime.LLM(model_arg(tmp_path), async_scheduling=async_scheduling, max_num_seqs=4, max_num_batched_tokens=64)
+        llm = runtime.LLM(model_arg(tmp_path), async_scheduling=async_scheduling, max_num_seqs=4, max_num_batched_tokens=budget)
         got = [list(o.token_ids) for o in llm.generate(batch, params)]
         matched = [sum(a == b for a, b in zip(g, e, strict=False)) for g, e in zip(got, expected, strict=True)]
         assert got == expected, (
@@ -68,6 +70,12 @@ def run_gate(model_arg, preset: str, count: int, seed: int, tmp_path, hf_oracle)
 def test_tiny_llama_matches_hf_generate(tmp_path, hf_oracle):
     # LLM(factory) builds the factory's first preset: tiny-llama.
     run_gate(lambda _: FACTORY, "tiny-llama", 8, 0, tmp_path, hf_oracle)
+
+
+def test_long_prompts_prefilled_whole_match_hf_generate(tmp_path, hf_oracle):
+    # Prompts of up to 300 tokens in one chunk each: their prefill is attended in blocks of
+    # PREFILL_BLOCK queries (the first causal, the others over the keys up to their own end).
+    run_gate(lambda _: FACTORY, "tiny-llama", 3, 3, tmp_path, hf_oracle, budget=512, lengths=(300, 65, 129))
 
 
 @pytest.mark.slow
