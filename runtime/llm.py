@@ -508,6 +508,11 @@ class LLM:
                 "sampling_params=SamplingParams(...) (one, or a list with one per prompt)."
             )
         sampling = sampling_params
+        if isinstance(prompts, np.ndarray | torch.Tensor) and prompts.ndim == 1:
+            raise ConfigError(
+                f"generate: prompts is one 1-D {type(prompts).__name__}, the ids of one prompt; pass a list "
+                "of prompts, e.g. [ids]."
+            )
         if isinstance(prompts, np.ndarray | torch.Tensor) and prompts.ndim == 2:
             raise ConfigError(
                 f"generate: a 2-D {type(prompts).__name__} of prompts cannot say where each one's padding "

@@ -175,6 +175,7 @@ def test_model_by_architecture_preset_and_path(tmp_path):
         ([torch.tensor([[1, 2]])], None, r"prompt 0: a Tensor prompt must be 1-D .* got shape \(1, 2\)"),
         ([np.array([1, 128])], None, r"prompt 0: token ids \[128\] are outside the vocabulary"),
         (torch.tensor([[1, 2], [3, 0]]), None, "a 2-D Tensor of prompts cannot say where each one's padding is"),
+        (np.array([1, 2, 3]), None, r"prompts is one 1-D ndarray, the ids of one prompt; pass a list of prompts, e.g. \[ids\]"),
     ],
 )
 def test_bad_generate_input_is_refused_before_any_step(prompts, sampling, message):
