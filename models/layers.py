@@ -231,9 +231,12 @@ def _attend_prefill_chunk(
     elsewhere (fused GPU kernels skip masked blocks themselves) in one call.
     """
     n, done = chunk.end - chunk.start, chunk.num_computed
-    # A continuing chunk brings its mask where it is attended in one call (bind makes it off the CPU).
-    if chunk.key_mask is not None if done else n <= PREFILL_BLOCK or not queries.is_cpu:
-        # One call: SDPA builds the square causal mask itself, or reads the chunk's.
+    if done:  # a continuing chunk brings its mask where it is attended in one call (bind: off the CPU)
+        one_call = chunk.key_mask is not None
+    else:  # a chunk that starts its sequence: one causal call off the CPU, or when it fits one block
+        one_call = n <= PREFILL_BLOCK or not queries.is_cpu
+    if one_call:
+        # SDPA builds the square causal mask itself, or reads the chunk's.
         return F.scaled_dot_product_attention(
             queries, keys, values, attn_mask=chunk.key_mask, is_causal=done == 0, scale=scale, enable_gqa=gqa
         )  # fmt: skip

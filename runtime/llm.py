@@ -508,17 +508,14 @@ class LLM:
                 "sampling_params=SamplingParams(...) (one, or a list with one per prompt)."
             )
         sampling = sampling_params
-        if isinstance(prompts, np.ndarray | torch.Tensor) and prompts.ndim == 1:
+        if isinstance(prompts, np.ndarray | torch.Tensor) and prompts.ndim in (1, 2):
+            kind = type(prompts).__name__
             raise ConfigError(
-                f"generate: prompts is one 1-D {type(prompts).__name__}, the ids of one prompt; pass a list "
-                "of prompts, e.g. [ids]."
-            )
-        if isinstance(prompts, np.ndarray | torch.Tensor) and prompts.ndim == 2:
-            raise ConfigError(
-                f"generate: a 2-D {type(prompts).__name__} of prompts cannot say where each one's padding "
-                "is; pass a list with one prompt per row, each its own ids (a list, or a 1-D array or "
-                "tensor) without padding, e.g. [ids[mask.bool()] for ids, mask in zip(input_ids, "
-                "attention_mask)]."
+                f"generate: prompts is one 1-D {kind}, the ids of one prompt; pass a list of prompts, e.g. [ids]."
+                if prompts.ndim == 1
+                else f"generate: a 2-D {kind} of prompts cannot say where each one's padding is; pass a list "
+                "with one prompt per row, each its own ids (a list, or a 1-D array or tensor) without "
+                "padding, e.g. [ids[mask.bool()] for ids, mask in zip(input_ids, attention_mask)]."
             )
         if isinstance(prompts, str | bytes) or not isinstance(prompts, Sequence):
             raise ConfigError(

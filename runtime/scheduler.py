@@ -228,8 +228,7 @@ class Scheduler:
         return [replace(row, slot=row.request.slot) for row in rows]
 
     def schedule(self) -> ScheduledBatch:
-        if self.waiting:
-            self._release_finishing()
+        self._release_finishing()
         budget = self.max_num_batched_tokens
         wanting = [r for r in self.running if self._wants_row(r)]
         decode = [r for r in wanting if r.num_computed >= r.prefill_len]
