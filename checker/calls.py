@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from tokenstate.checker.evaluate import element_of
+from tokenstate.checker.evaluate import element_of, host_kind
 from tokenstate.checker.frame import Event, Frame, Summary
 from tokenstate.checker.resolve import decorator_names
 from tokenstate.checker.values import (
@@ -88,6 +88,26 @@ class CallMixin:
             frame.add_event(Event("sink", ids, desc, (frame.hop(getattr(node, "lineno", 0)),)))
         return ids
 
+    def constant_name(self: Analyzer, frame: Frame, expr: ast.expr) -> str | None:
+        """The attribute name a ``getattr`` reads, where it is fixed: a literal, or a class-level
+        string constant read through ``self`` / the class that no instance or method rebinds."""
+        if isinstance(expr, ast.Constant):
+            return expr.value if isinstance(expr.value, str) else None
+        if not isinstance(expr, ast.Attribute):
+            return None
+        owner = self.eval(frame, expr.value)
+        if isinstance(owner, Instance):
+            if owner.field(expr.attr) is not None or (owner == frame.self_value and expr.attr in frame.self_writes):
+                return None  # set per instance: not the class's constant
+            info = owner.info
+        elif isinstance(owner, ClassRef):
+            info = owner.info
+        else:
+            return None
+        if self.class_cell_for(info, expr.attr) is not None:
+            return None  # a method rebinds it on the class
+        return self.class_constant(info, expr.attr)
+
     def unresolved(self: Analyzer, frame: Frame, callee: Unknown, node: ast.AST) -> None:
         frame.add_event(Event("unresolved", callee, "call", (frame.hop(getattr(node, "lineno", 0)),)))
 
@@ -108,9 +128,9 @@ class CallMixin:
         if isinstance(func, External) and func.dotted in ("importlib.import_module", "builtins.__import__"):
             return self.import_module(frame, func.dotted, node)
         if func == External("builtins.getattr") and len(node.args) >= 2:
-            name = node.args[1]
-            if isinstance(name, ast.Constant) and isinstance(name.value, str):
-                found = self.attribute(frame, args[0], name.value, node)
+            name = self.constant_name(frame, node.args[1])
+            if name is not None:
+                found = self.attribute(frame, args[0], name, node)
                 return join(found, args[2]) if len(args) > 2 and isinstance(found, Unknown) else found
             return self.unknown(frame, "getattr() with a computed name (dynamic dispatch)", node)
         if func == External("builtins.super"):
@@ -194,9 +214,10 @@ class CallMixin:
         base, name = func.base, func.name
         if isinstance(base, Input) and name == "embedding_ids":
             return self.origin(frame, "device", "inp.embedding_ids()", node)
-        if base == Tokens("host") and name == "row_ids":
-            return self.host_read(frame, "host_fresh" if frame.fresh else "host", "inp.host_tokens.row_ids()", node)
-        if base == Tokens("host") and name == "placeholder_buffer":
+        host = isinstance(base, Tokens) and base.kind == "host"
+        if host and name == "row_ids":
+            return self.host_read(frame, host_kind(frame, base), "inp.host_tokens.row_ids()", node)
+        if host and name == "placeholder_buffer":
             return self.host_read(frame, "host_raw", "inp.host_tokens.placeholder_buffer()", node)
         if isinstance(base, Instance) and name in RETURNS_SELF:
             return base
@@ -223,7 +244,28 @@ class CallMixin:
             if ids is not None and has_ids(ids):
                 self.sink(frame, f"table.{name}(ids) gather", ids, node)
                 return OPAQUE
+        hidden = self.input_to_external_method(frame, base, name, args, kwargs, node)
+        if hidden is not None:
+            return hidden
         return join(taint(base), *(taint(v) for v in (*args, *(v for _, v in kwargs))))
+
+    def input_to_external_method(self: Analyzer, frame: Frame, base: Value, name: str, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Unknown | None:
+        """``unknown`` for a method the checker cannot read (inherited from an external base, or of
+        an external object) handed the forward input or its tokens: it may read host ids out of
+        sight. ``None`` for any other method call."""
+        if not any(isinstance(v, Input | Tokens) for v in (*args, *(v for _, v in kwargs))):
+            return None
+        if isinstance(base, External):
+            if self.config.is_modeled(base.dotted):
+                return None
+            owner = base.dotted
+        elif base == OPAQUE:
+            owner = "an external base class"
+        else:
+            return None
+        callee = self.unknown(frame, f"passes the forward input to {owner}.{name}, outside the analysed modules", node)
+        self.unresolved(frame, callee, node)
+        return callee
 
     # ---- analysed functions and classes --------------------------------------------------------
 

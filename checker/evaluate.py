@@ -54,7 +54,13 @@ from tokenstate.checker.values import (
 if TYPE_CHECKING:
     from tokenstate.checker.engine import Analyzer
 
-__all__ = ["ExprMixin", "element_of"]
+__all__ = ["ExprMixin", "element_of", "host_kind"]
+
+
+def host_kind(frame: Frame, tokens: Tokens) -> str:
+    """The kind of a read of host tokens' ids: fresh under a no-device-ids fact of this frame, or
+    where the tokens themselves were taken under one."""
+    return "host_fresh" if frame.fresh or tokens.fresh else "host"
 
 
 def element_of(value: Value) -> Value:
@@ -119,8 +125,7 @@ class ExprMixin:
             items = tuple((k.value, v) for k, v in zip(node.keys, values, strict=True)) if constant else None  # type: ignore[union-attr]
             return MapV(join(*values), items)
         if isinstance(node, ast.BoolOp):
-            flag = self.flag_of(frame, node)
-            return flag if flag is not None else join(*(self.eval(frame, v) for v in node.values))
+            return self.bool_op(frame, node)
         if isinstance(node, ast.BinOp):
             return join(taint(self.eval(frame, node.left)), taint(self.eval(frame, node.right)))
         if isinstance(node, ast.UnaryOp):
@@ -166,6 +171,23 @@ class ExprMixin:
             return OPAQUE
         return OPAQUE
 
+    def bool_op(self: Analyzer, frame: Frame, node: ast.BoolOp) -> Value:
+        """``a or b`` / ``a and b``: one of the operands, as Python returns it. Operand ``i`` runs
+        only where the ones before it were all false (``or``) or all true (``and``), so it is
+        evaluated under what those sides imply: ``inp.device_tokens or inp.host_tokens`` takes the
+        host tokens only where there are no device ids. Made only of tests, the whole is a flag."""
+        conj = isinstance(node.op, ast.And)
+        values, fresh = [], False
+        for operand in node.values:
+            values.append(self.eval_with(frame, operand, Facts(fresh, {})))
+            when_true, when_false = self.guard(frame, operand)
+            fresh = fresh or (when_true.fresh if conj else when_false.fresh)
+        if all(isinstance(v, Flag) or v == OPAQUE for v in values):
+            flag = self.flag_of(frame, node)
+            if flag is not None:
+                return flag
+        return join(*values)
+
     def eval_with(self: Analyzer, frame: Frame, node: ast.expr, facts: Facts) -> Value:
         saved = self.with_facts(frame, facts)
         try:
@@ -208,7 +230,8 @@ class ExprMixin:
             return join(*(self.attribute(frame, o, name, node) for o in base.options))  # type: ignore[attr-defined]
         if isinstance(base, Input):
             if name in ("device_tokens", "host_tokens"):
-                return Tokens(name.partition("_")[0])
+                kind = name.partition("_")[0]
+                return Tokens(kind, fresh=kind == "host" and frame.fresh)
             if name in ("embedding_ids", "has_stale_rows"):
                 return Bound(base, name)
             return OPAQUE
@@ -216,7 +239,7 @@ class ExprMixin:
             if name == "ids":
                 if base.kind == "device":
                     return self.origin(frame, "device", "inp.device_tokens.ids", node)
-                return self.host_read(frame, "host" if not frame.fresh else "host_fresh", "inp.host_tokens.ids", node)
+                return self.host_read(frame, host_kind(frame, base), "inp.host_tokens.ids", node)
             if name in ("row_ids", "placeholder_buffer", "has_stale"):
                 return Bound(base, name)
             if name == "_ids" and base.kind == "host":  # the private buffer: the raw read, bypassed

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from tokenstate.checker.evaluate import element_of
 from tokenstate.checker.frame import Frame
+from tokenstate.checker.guards import Facts
 from tokenstate.checker.values import (
     OPAQUE,
     Cell,
@@ -21,6 +22,7 @@ from tokenstate.checker.values import (
     FuncInfo,
     Instance,
     Seq,
+    Tokens,
     Value,
     join,
     taint,
@@ -77,13 +79,7 @@ class StmtMixin:
         elif isinstance(stmt, ast.Try | ast.TryStar):
             self.try_block(frame, stmt)
         elif isinstance(stmt, ast.Match):
-            self.eval(frame, stmt.subject)
-            base, states = frame.snapshot(), []
-            for case in stmt.cases:
-                frame.restore(base)
-                if not self.exec_block(frame, case.body):
-                    states.append(frame.snapshot())
-            frame.merge([base, *states])
+            self.match_block(frame, stmt)
         elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
             info = FuncInfo(frame.module.name, self.local_qualname(frame, stmt.name), stmt.lineno, frame.module.file, stmt)
             scope = {**frame.closure, **frame.env}
@@ -105,6 +101,31 @@ class StmtMixin:
         elif isinstance(stmt, ast.Assert):
             self.eval(frame, stmt.test)
         return False
+
+    def match_block(self: Analyzer, frame: Frame, stmt: ast.Match) -> None:
+        """``match``: each case's captures bind the subject; on ``match inp.device_tokens`` a
+        ``case None:`` runs without device ids, and so does any case after a ``case
+        DeviceTokens():`` (the guard's other side), as an ``if`` on the same test would."""
+        subject = self.eval(frame, stmt.subject)
+        on_device = subject == Tokens("device")
+        base, states = frame.snapshot(), []
+        none_taken = device_taken = False  # an earlier case took every None / every DeviceTokens
+        for case in stmt.cases:
+            frame.restore(base)
+            kind = _device_pattern(case.pattern) if on_device else None
+            fresh = kind == "none" or (kind is None and on_device and device_taken and not none_taken)
+            saved = self.with_facts(frame, Facts(fresh, {}))
+            for name in _captures(case.pattern):
+                self.assign(frame, ast.Name(id=name, ctx=ast.Store()), subject)
+            if case.guard is not None:
+                self.eval(frame, case.guard)
+            ends = self.exec_block(frame, case.body)
+            frame.fresh, frame.narrow = saved
+            if not ends:
+                states.append(frame.snapshot())
+            none_taken = none_taken or (kind == "none" and case.guard is None)
+            device_taken = device_taken or (kind == "device" and case.guard is None)
+        frame.merge([base, *states])
 
     def local_qualname(self: Analyzer, frame: Frame, name: str) -> str:
         return f"{frame.func.qualname}.<locals>.{name}" if frame.func is not None else name
@@ -189,3 +210,23 @@ class StmtMixin:
             self.eval(frame, target.slice)
             if isinstance(base, Cell) and base.kind == "stack":
                 frame.write_cell(base.name, value)
+
+
+def _device_pattern(pattern: ast.pattern) -> str | None:
+    """``"none"`` for ``case None:``, ``"device"`` for ``case DeviceTokens():`` (``as`` names
+    included), else ``None``."""
+    if isinstance(pattern, ast.MatchAs) and pattern.pattern is not None:
+        return _device_pattern(pattern.pattern)
+    if isinstance(pattern, ast.MatchSingleton) and pattern.value is None:
+        return "none"
+    if isinstance(pattern, ast.MatchClass) and not pattern.patterns and not pattern.kwd_patterns:
+        name = pattern.cls.attr if isinstance(pattern.cls, ast.Attribute) else getattr(pattern.cls, "id", "")
+        return "device" if name == "DeviceTokens" else None
+    return None
+
+
+def _captures(pattern: ast.pattern) -> list[str]:
+    """Names a pattern binds to the whole subject (``case x:``, ``case P() as x:``)."""
+    if isinstance(pattern, ast.MatchAs) and pattern.name is not None:
+        return [pattern.name]
+    return []

@@ -13,7 +13,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from tokenstate.checker.calls import kwarg_value
-from tokenstate.checker.evaluate import element_of
+from tokenstate.checker.evaluate import element_of, host_kind
 from tokenstate.checker.frame import Frame
 from tokenstate.checker.values import (
     OPAQUE,
@@ -154,9 +154,10 @@ class ExternalMixin:
                 self.unresolved(frame, hidden, node)
             return hidden
         if dotted.endswith("DeviceTokens.from_host"):
-            if first == Tokens("host"):  # the upload reads host.ids, which raises on a stale step
-                self.host_read(frame, "host_fresh" if frame.fresh else "host", "DeviceTokens.from_host(inp.host_tokens)", node)
-            return Tokens("host")  # an upload of host ids: only as fresh as the host ids themselves
+            if isinstance(first, Tokens) and first.kind == "host":  # the upload reads host.ids, which raises on a stale step
+                self.host_read(frame, host_kind(frame, first), "DeviceTokens.from_host(inp.host_tokens)", node)
+                return first  # an upload of host ids: only as fresh as the host ids themselves
+            return Tokens("host")
         if any(isinstance(v, Input | Tokens) for v in (*args, *(v for _, v in kwargs))) and not self.config.is_modeled(dotted):
             self.unresolved(frame, self.unknown(frame, f"passes the forward input to {dotted}, outside the analysed modules", node), node)
         if name[:1].isupper():

@@ -191,8 +191,13 @@ class ResolverMixin:
         chain = self.mro(cls)
         if after is not None and after in chain:
             chain = chain[chain.index(after) + 1 :]
+        fallback: External | None = None  # nowhere defined: nn.Module.__getattr__ (buffers, ...)
         for klass in chain:
             if isinstance(klass, External):
+                if _lacks_member(klass, name):
+                    # nn.Module has no token_ids: C3 goes on to a mixin listed after it
+                    fallback = fallback or External(f"{klass.dotted}.{name}")
+                    continue
                 return External(f"{klass.dotted}.{name}"), None
             for stmt in klass.node.body:
                 if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == name:
@@ -208,6 +213,23 @@ class ResolverMixin:
                             if isinstance(factory, External) and factory.dotted == "contextvars.ContextVar":
                                 return Cell(f"{klass.dotted}.{name}", "cvar"), klass
                         return self.eval(frame, stmt.value), klass
+        return (fallback, None) if fallback is not None else None
+
+    def class_constant(self: Analyzer, cls: ClassInfo, name: str) -> str | None:
+        """The string literal a class-level ``name = "..."`` binds, where that binding is what C3
+        finds first (transformers' ``_input_embed_layer = "embed_tokens"``); else ``None``."""
+        for klass in self.mro(cls):
+            if isinstance(klass, External):
+                if _lacks_member(klass, name):
+                    continue
+                return None
+            for stmt in reversed(klass.node.body):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+                if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                    value = getattr(stmt, "value", None)
+                    return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
+            if any(isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == name for stmt in klass.node.body):
+                return None
         return None
 
     def class_cells(self: Analyzer, cls: ClassInfo) -> set[str]:
@@ -261,6 +283,13 @@ def _live_class(dotted: str) -> type | None:
             value = getattr(value, attr, None)
         return value if isinstance(value, type) else None
     return None
+
+
+def _lacks_member(klass: External, name: str) -> bool:
+    """Whether the loaded external class ``klass`` itself defines no ``name`` (its own ``__dict__``;
+    its bases follow it in the MRO). An external not loaded may define anything: never skipped."""
+    live = _live_class(klass.dotted)
+    return live is not None and name not in vars(live)
 
 
 def _external_mro(base: External) -> list[ClassInfo | External]:

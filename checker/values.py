@@ -106,9 +106,14 @@ class Input(Value):
 
 @dataclass(frozen=True, slots=True)
 class Tokens(Value):
-    """``inp.device_tokens`` (kind ``device``) or ``inp.host_tokens`` (kind ``host``)."""
+    """``inp.device_tokens`` (kind ``device``) or ``inp.host_tokens`` (kind ``host``).
+
+    ``fresh``: host tokens taken where there are no device ids (under ``inp.device_tokens is
+    None``, or as the fallback of ``inp.device_tokens or inp.host_tokens``): that holds for the
+    whole forward call, so their ids are fresh wherever they are read later."""
 
     kind: str
+    fresh: bool = False
 
 
 @dataclass(frozen=True, slots=True)

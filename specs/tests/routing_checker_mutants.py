@@ -8,12 +8,13 @@ import dataclasses
 import tokenstate.checker.calls as calls_module
 import tokenstate.checker.evaluate as evaluate_module
 import tokenstate.checker.externals as externals_module
+import tokenstate.checker.resolve as resolve_module
 import tokenstate.contracts.forward_input as forward_input_module
 import tokenstate.contracts.tokens as tokens_module
 from tokenstate.checker.engine import Analyzer
 from tokenstate.checker.frame import Frame
 from tokenstate.checker.guards import Facts
-from tokenstate.checker.values import OPAQUE, Bound, ClassRef, External, MapV, Tokens
+from tokenstate.checker.values import OPAQUE, Bound, ClassRef, External, MapV, Tokens, join
 from tokenstate.ledger import MutantPatch, mutant
 
 
@@ -213,3 +214,52 @@ def host_reads_taken_as_fresh(patch: MutantPatch) -> None:
         return self.origin(frame, "host_fresh", what, node)
 
     patch.setattr(Analyzer, "host_read", host_read)
+
+
+@mutant(
+    "RCK-16/external-base-answers-every-member",
+    doc="A loaded external base (nn.Module) is taken to define every name asked of it, so a plain "
+    "mixin listed after it is never reached: its host read passes as inert.",
+)
+def external_base_answers_every_member(patch: MutantPatch) -> None:
+    patch.setattr(resolve_module, "_lacks_member", lambda klass, name: False)
+
+
+@mutant(
+    "RCK-17/bool-values-are-flags",
+    doc="`a or b` / `a and b` with a device-ids test among the operands is read as a flag, not as the "
+    "operand Python returns: `(inp.host_tokens or inp.device_tokens).ids` passes as inert.",
+)
+def bool_values_are_flags(patch: MutantPatch) -> None:
+    def bool_op(self, frame, node):  # type: ignore[no-untyped-def]
+        flag = self.flag_of(frame, node)
+        return flag if flag is not None else join(*(self.eval(frame, v) for v in node.values))
+
+    patch.setattr(Analyzer, "bool_op", bool_op)
+
+
+@mutant(
+    "RCK-18/match-cases-unguarded",
+    doc="`match` cases run without the facts of their patterns and bind nothing: `case None:` is no "
+    "freshness guard and a captured `device` is unresolved.",
+)
+def match_cases_unguarded(patch: MutantPatch) -> None:
+    def match_block(self, frame, stmt):  # type: ignore[no-untyped-def]
+        self.eval(frame, stmt.subject)
+        base, states = frame.snapshot(), []
+        for case in stmt.cases:
+            frame.restore(base)
+            if not self.exec_block(frame, case.body):
+                states.append(frame.snapshot())
+        frame.merge([base, *states])
+
+    patch.setattr(Analyzer, "match_block", match_block)
+
+
+@mutant(
+    "RCK-19/external-methods-take-the-input-as-data",
+    doc="A method the checker cannot read (an external base's, an external object's) handed the "
+    "forward input is a tensor op on plain data: its result is inert.",
+)
+def external_methods_take_the_input_as_data(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "input_to_external_method", lambda self, *args: None)

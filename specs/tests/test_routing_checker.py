@@ -30,16 +30,20 @@ from tokenstate.contracts import (
 from .routing_checker_mutants import (
     annotation_over_build,
     attribute_writes_forgotten,
+    bool_values_are_flags,
     compiled_code_followed_as_plain,
     depth_first_mro,
     device_ids_checked_in_full_mode_only,
     device_logits_indices_shape_only,
     dict_lookup_joins_every_value,
+    external_base_answers_every_member,
+    external_methods_take_the_input_as_data,
     fresh_positions_checked_in_full_mode_only,
     host_reads_taken_as_fresh,
     import_module_is_data,
     inherited_embedding_forward_is_opaque,
     kwargs_spread_dropped,
+    match_cases_unguarded,
     only_embedding_sinks_count,
     only_is_none_guards,
     to_device_loses_the_class,
@@ -150,6 +154,40 @@ def test_self_state_crosses_methods():
 @pytest.mark.paid("RCK-11", before=compiled_code_followed_as_plain)
 def test_compiled_and_checkpointed_code_is_unknown():
     assert_zoo("decorators and compiled code", {"honors", "ignores", "unknown"})
+
+
+@pytest.mark.paid("RCK-16", before=external_base_answers_every_member)
+def test_plain_mixins_after_nn_module_are_reached():
+    assert_zoo("plain mixin after nn.Module", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-17", before=bool_values_are_flags)
+def test_and_or_values_are_the_operand_python_returns():
+    assert_zoo("and/or as values", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-18", before=match_cases_unguarded)
+def test_match_on_the_device_tokens_guards():
+    assert_zoo("match on the device tokens", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-19", before=external_methods_take_the_input_as_data)
+def test_external_methods_handed_the_input_are_unknown(tmp_path: Path):
+    # An engine library that is not installed here (so not loaded): its base class may define
+    # token_ids, and what that method does with inp is out of sight.
+    package = tmp_path / "rck19"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text(
+        "from some_engine_lib import PreTrainedBase\n"
+        "from tokenstate.runtime.kernels import guarded_embedding\n\n"
+        "class Model(PreTrainedBase):\n    pass\n\n"
+        "def forward(model: Model, inp):\n    return guarded_embedding(model.token_ids(inp), None)\n"
+    )
+    config = CheckerConfig(search_paths=(tmp_path,), display_root=tmp_path)
+    (result,) = check_entry_points([EntryTarget("rck19", "rck19.model", "forward", True)], config).results
+    assert result.error is None, result.error
+    assert result.verdict is Verdict.UNKNOWN, result.verdict
 
 
 def i32(values: list[int]) -> torch.Tensor:

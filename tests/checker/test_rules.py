@@ -70,6 +70,54 @@ CASES = {
         "def forward(model: C, inp):\n    return guarded_embedding(model.ids(inp), None)\n",
         Verdict.HONORS,
     ),
+    "a method an external base not loaded may define, handed the forward input, is unknown": (
+        "from some_engine_lib import PreTrainedBase\n\nclass M(PreTrainedBase):\n    pass\n\n"
+        "def forward(model: M, inp):\n    return guarded_embedding(model.token_ids(inp), None)\n",
+        Verdict.UNKNOWN,
+    ),
+    "a plain mixin after nn.Module provides what nn.Module lacks (C3)": (
+        "class Ids:\n    def token_ids(self, inp):\n        return inp.host_tokens.ids\n\n"
+        "class M(nn.Module, Ids):\n    pass\n\n"
+        "def forward(model: M, inp):\n    return guarded_embedding(model.token_ids(inp), None)\n",
+        Verdict.IGNORES,
+    ),
+    "`host or device` always picks the host tokens (HostTokens is truthy)": (
+        "def forward(model, inp):\n    return guarded_embedding((inp.host_tokens or inp.device_tokens).ids, None)\n",
+        Verdict.IGNORES,
+    ),
+    "`device or host` falls back to host ids only without device ids": (
+        "def forward(model, inp):\n    return guarded_embedding((inp.device_tokens or inp.host_tokens).ids, None)\n",
+        Verdict.HONORS,
+    ),
+    "`device and device.ids` reads device ids": (
+        "def forward(model, inp):\n    ids = inp.device_tokens and inp.device_tokens.ids\n"
+        "    return guarded_embedding(ids if ids is not None else inp.embedding_ids(), None)\n",
+        Verdict.HONORS,
+    ),
+    "a match on the device tokens guards like an if": (
+        "def forward(model, inp):\n    match inp.device_tokens:\n        case None:\n"
+        "            ids = inp.host_tokens.ids\n        case dev:\n            ids = dev.ids\n"
+        "    return guarded_embedding(ids, None)\n",
+        Verdict.HONORS,
+    ),
+    "a case after `case DeviceTokens():` runs without device ids": (
+        "from tokenstate.contracts import DeviceTokens\n\n"
+        "def forward(model, inp):\n    match inp.device_tokens:\n        case DeviceTokens() as dev:\n"
+        "            ids = dev.ids\n        case _:\n            ids = inp.host_tokens.ids\n"
+        "    return guarded_embedding(ids, None)\n",
+        Verdict.HONORS,
+    ),
+    "host tokens taken without device ids stay fresh after the branch": (
+        "def forward(model, inp):\n    src = inp.host_tokens if inp.device_tokens is None else inp.device_tokens\n"
+        "    return guarded_embedding(src.ids, None)\n",
+        Verdict.HONORS,
+    ),
+    "a match that reads host ids where device ids exist is a finding": (
+        "def forward(model, inp):\n    match inp.device_tokens:\n        case None:\n"
+        "            ids = inp.embedding_ids()\n        case _:\n            ids = inp.host_tokens.ids\n"
+        "    return guarded_embedding(ids, None)\n",
+        Verdict.IGNORES,
+    ),
 }
 
 

@@ -57,3 +57,45 @@ def helper_predicate_wrong_side(model: ServableLM, inp: ForwardInput) -> Tensor:
     else:
         ids = inp.embedding_ids()
     return model.logits(model.embed(ids), inp)
+
+
+@entry_point
+def or_value_device_first(model: ServableLM, inp: ForwardInput) -> Tensor:
+    # `or` returns an operand: the device tokens where present, else the (then fresh) host tokens
+    return model.logits(model.embed((inp.device_tokens or inp.host_tokens).ids), inp)
+
+
+@entry_point
+def or_value_host_first(model: ServableLM, inp: ForwardInput) -> Tensor:
+    # HostTokens is always true: `or` never gets to the device tokens
+    return model.logits(model.embed((inp.host_tokens or inp.device_tokens).ids), inp)
+
+
+@entry_point
+def match_none_first(model: ServableLM, inp: ForwardInput) -> Tensor:
+    match inp.device_tokens:
+        case None:
+            ids = inp.host_tokens.ids
+        case device:
+            ids = device.ids
+    return model.logits(model.embed(ids), inp)
+
+
+@entry_point
+def match_device_class_first(model: ServableLM, inp: ForwardInput) -> Tensor:
+    match inp.device_tokens:
+        case DeviceTokens() as device:
+            ids = device.ids
+        case _:
+            ids = inp.host_tokens.ids
+    return model.logits(model.embed(ids), inp)
+
+
+@entry_point
+def match_host_where_device(model: ServableLM, inp: ForwardInput) -> Tensor:
+    match inp.device_tokens:
+        case None:
+            ids = inp.embedding_ids()
+        case _:
+            ids = inp.host_tokens.ids
+    return model.logits(model.embed(ids), inp)

@@ -82,3 +82,61 @@ def mixin_embedding_device(model: MixinEmbeddingLM, inp: ForwardInput) -> Tensor
 @entry_point
 def mixin_embedding_host(model: MixinEmbeddingLM, inp: ForwardInput) -> Tensor:
     return model.logits(model.embed_tokens(inp.host_tokens.ids.long()), inp)
+
+
+class HostIdsMixin:
+    """A plain mixin (not a module) listed after the module base, as transformers lists
+    ``EmbeddingAccessMixin`` after ``nn.Module``: C3 puts it after ``nn.Module``, which does not
+    define ``token_ids``, so the mixin's method is the one that runs."""
+
+    def token_ids(self, inp: ForwardInput) -> Tensor:
+        return inp.host_tokens.ids
+
+
+class DeviceIdsMixin:
+    def token_ids(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class EmbeddingAccessMixin:
+    """transformers' accessor: the embedding module named by a class attribute."""
+
+    _input_embed_layer = "embed_tokens"
+
+    def get_input_embeddings(self) -> nn.Module:
+        return getattr(self, self._input_embed_layer)
+
+
+class HostMixinLM(ServableLM, HostIdsMixin):
+    """C3: HostMixinLM, ServableLM, nn.Module, HostIdsMixin."""
+
+
+class DeviceMixinLM(ServableLM, DeviceIdsMixin):
+    """C3: DeviceMixinLM, ServableLM, nn.Module, DeviceIdsMixin."""
+
+
+class AccessorLM(ServableLM, EmbeddingAccessMixin):
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(VOCAB, HIDDEN)
+        self.embed_tokens.weight = self.weight  # seeded: sync and async engines build the same model
+
+
+@entry_point
+def mixin_after_module_host(model: HostMixinLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.token_ids(inp)), inp)
+
+
+@entry_point
+def mixin_after_module_device(model: DeviceMixinLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.token_ids(inp)), inp)
+
+
+@entry_point
+def accessor_mixin_device(model: AccessorLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.get_input_embeddings()(inp.embedding_ids().long()), inp)
+
+
+@entry_point
+def accessor_mixin_host(model: AccessorLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.get_input_embeddings()(inp.host_tokens.ids.long()), inp)
