@@ -425,6 +425,14 @@ class LLM:
                 f"sampling {index}: bad_words {bad_words[:4]} hold ids outside the vocabulary "
                 f"[0, {vocab})."
             )
+        if len({w[-1] for w in params.bad_words}) == vocab:
+            # A longer word bans its last token whenever its prefix was just generated: together
+            # they could leave a step nothing to sample, and a banned token would come out.
+            raise ConfigError(
+                f"sampling {index}: bad_words ban every one of the model's {vocab} tokens (a one-token "
+                "word always, a longer word's last token after its prefix), so a step could be left "
+                "with no token to sample; leave at least one token that no word ends with."
+            )
         longest = min(len(prompt) + params.max_tokens, self.model.max_model_len)
         if self.kv_cache_tokens is not None and longest > self.kv_cache_tokens:
             raise ConfigError(

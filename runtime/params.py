@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+
+import numpy as np
 
 from tokenstate.contracts import ConfigError
 
@@ -49,20 +51,34 @@ def _require_float(name: str, value: object, *, positive: bool = False) -> None:
         raise ConfigError(f"SamplingParams.{name} must be {bound}, got {value!r}.")
 
 
+def _token_ids(ids: object) -> tuple[int, ...] | None:
+    """``ids`` as a tuple of ints >= 0 (any iterable of Python or numpy integers, read once), or
+    ``None`` where it is not one (a bare int, a string, a bool among the ids)."""
+    if isinstance(ids, int | str | bytes) or not isinstance(ids, Iterable):
+        return None
+    out = []
+    for t in ids:
+        if isinstance(t, bool | np.bool_) or not isinstance(t, int | np.integer) or t < 0:
+            return None
+        out.append(int(t))
+    return tuple(out)
+
+
 def _bad_words(words: object) -> tuple[tuple[int, ...], ...]:
     problem = (
         "SamplingParams.bad_words must be a sequence of non-empty token-id sequences (ids >= 0), "
         f"e.g. [[5], [7, 8]]; got {words!r}."
     )
-    if isinstance(words, str | bytes) or not isinstance(words, Sequence):
+    if words is None:  # vLLM's default
+        return ()
+    if isinstance(words, str | bytes) or not isinstance(words, Iterable):
         raise ConfigError(problem)
     checked = []
     for word in words:
-        if isinstance(word, str | bytes) or not isinstance(word, Sequence) or not word:
+        ids = _token_ids(word)
+        if not ids:
             raise ConfigError(problem)
-        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in word):
-            raise ConfigError(problem)
-        checked.append(tuple(word))
+        checked.append(ids)
     return tuple(checked)
 
 
@@ -79,7 +95,7 @@ class SamplingParams:
             so a run is reproducible either way. The same seed gives the same tokens whatever the
             batch around the request and whether scheduling is synchronous or asynchronous.
         stop_token_ids: tokens that finish the request with ``"stop"`` (the stop token is kept in
-            the output).
+            the output). Any iterable of ids, numpy's included; ``None`` (vLLM's default) is none.
         ignore_eos: keep generating past the model's EOS token.
         repetition_penalty: ``> 0``; ``1`` is off. Every token already in the prompt or the output
             has its logit divided by it when positive, multiplied by it when negative.
@@ -87,7 +103,9 @@ class SamplingParams:
         frequency_penalty: subtracted from each token's logit once per time it was generated.
         bad_words: token-id sequences that must never be generated: a one-token word is always
             banned; a longer word bans its last token whenever the output so far ends with the
-            word's other tokens.
+            word's other tokens. ``None`` (vLLM's default) is none. Words whose last tokens cover
+            the whole vocabulary are refused when the request is added (a step could be left
+            with nothing to sample).
 
     The penalties and ``bad_words`` read the request's history; the runner computes them from the
     token history held on the execution device, which always holds the real tokens (the host
@@ -135,14 +153,13 @@ class SamplingParams:
                 raise ConfigError(f"SamplingParams.seed must be < 2**63, got {self.seed!r}.")
         if not isinstance(self.ignore_eos, bool):
             raise ConfigError(f"SamplingParams.ignore_eos must be a bool, got {self.ignore_eos!r}.")
-        stops = self.stop_token_ids
-        if isinstance(stops, int | str) or not all(
-            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in stops
-        ):
+        stops = () if self.stop_token_ids is None else _token_ids(self.stop_token_ids)  # None: vLLM's default
+        if stops is None:
             raise ConfigError(
-                f"SamplingParams.stop_token_ids must be a sequence of token ids >= 0, got {stops!r}."
+                f"SamplingParams.stop_token_ids must be a sequence of token ids >= 0, got "
+                f"{self.stop_token_ids!r}."
             )
-        object.__setattr__(self, "stop_token_ids", tuple(stops))
+        object.__setattr__(self, "stop_token_ids", stops)
         _require_float("repetition_penalty", self.repetition_penalty, positive=True)
         _require_float("presence_penalty", self.presence_penalty)
         _require_float("frequency_penalty", self.frequency_penalty)

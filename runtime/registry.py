@@ -9,6 +9,7 @@ factory declared it receives :class:`~tokenstate.contracts.DeviceTokens` on a st
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import json
 import threading
 from collections.abc import Callable, Mapping
@@ -92,11 +93,14 @@ class ModelFactory:
     name: str = ""
 
     def __post_init__(self) -> None:
-        if isinstance(self.architectures, str) or not self.architectures:
+        archs = self.architectures
+        if isinstance(archs, str) or not archs or not all(isinstance(a, str) and a for a in archs):
             raise ContractDefinitionError(
-                f"ModelFactory.architectures must be a non-empty tuple of names, got {self.architectures!r}."
+                f"ModelFactory.architectures must be a non-empty tuple of names, got {archs!r}."
             )
-        object.__setattr__(self, "architectures", tuple(self.architectures))
+        object.__setattr__(self, "architectures", tuple(archs))
+        if not isinstance(self.name, str):
+            raise ContractDefinitionError(f"ModelFactory.name must be a str, got {self.name!r}.")
         if not self.name:
             object.__setattr__(self, "name", self.architectures[0])
         if not isinstance(self.forward, EntryPoint):
@@ -104,19 +108,54 @@ class ModelFactory:
                 f"ModelFactory {self.name}: forward {self.forward!r} is not a checked entry point; "
                 "decorate it with @tokenstate.contracts.entry_point."
             )
-        if not isinstance(self.honors_device_token_ids, bool):
+        for flag in ("honors_device_token_ids", "supports_speculative"):
+            if not isinstance(getattr(self, flag), bool):  # a truthy "no" must not switch a feature on
+                raise ContractDefinitionError(
+                    f"ModelFactory {self.name}: {flag} must be a bool, got {getattr(self, flag)!r}."
+                )
+        if not isinstance(self.preset_seed, int) or isinstance(self.preset_seed, bool):
+            raise ContractDefinitionError(f"ModelFactory {self.name}: preset_seed must be an int, got {self.preset_seed!r}.")
+        if not isinstance(self.presets, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, Mapping) for k, v in self.presets.items()
+        ):
             raise ContractDefinitionError(
-                f"ModelFactory {self.name}: honors_device_token_ids must be a bool, got "
-                f"{self.honors_device_token_ids!r}."
+                f"ModelFactory {self.name}: presets must map preset names to config dicts "
+                f"({{'tiny-my-model': {{...}}}}), got {self.presets!r}."
             )
-        if self.plan_indices is not None and not callable(self.plan_indices):
-            raise ContractDefinitionError(f"ModelFactory {self.name}: plan_indices must be callable or None.")
         if not callable(self.build):
             raise ContractDefinitionError(f"ModelFactory {self.name}: build must be callable.")
+        for hook in ("load", "save", "plan_indices"):
+            if getattr(self, hook) is not None and not callable(getattr(self, hook)):
+                raise ContractDefinitionError(f"ModelFactory {self.name}: {hook} must be callable or None.")
+        # How the runtime calls each one: refused here, not as a bare TypeError at serve time.
+        _check_call(self.name, "forward", self.forward.__wrapped__, "forward(model, inp)", (None, None), {})
+        _check_call(self.name, "build", self.build, "build(config, *, device, seed)", ({},), {"device": None, "seed": 0})
+        if self.load is not None:
+            _check_call(self.name, "load", self.load, "load(path, *, device)", ("",), {"device": None})
+        if self.save is not None:
+            _check_call(self.name, "save", self.save, "save(model, path)", (None, ""), {})
+        if self.plan_indices is not None:
+            _check_call(self.name, "plan_indices", self.plan_indices, "plan_indices(model, layout)", (None, None), {})
 
     def build_preset(self, preset: str, *, device: torch.device | str = "cpu") -> Any:
         """Build an embedded default model (deterministic weights from ``preset_seed``)."""
         return self.build(dict(self.presets[preset]), device=torch.device(device), seed=self.preset_seed)
+
+
+def _check_call(factory: str, role: str, fn: Callable[..., Any], call: str, args: tuple, kwargs: dict[str, Any]) -> None:
+    """Refuse ``fn`` where the runtime's call ``call`` could not bind to its signature."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: nothing to check
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise ContractDefinitionError(
+            f"ModelFactory {factory}: {role} {name}{signature} must take {call}, the way the runtime "
+            f"calls it ({exc})."
+        ) from None
 
 
 _lock = threading.RLock()

@@ -220,6 +220,33 @@ def test_invalid_sampling_params(kwargs, message):
         SamplingParams(**kwargs)
 
 
+def test_vllm_defaults_and_iterables_for_the_id_lists():
+    """vLLM's own defaults (``stop_token_ids=None``, ``bad_words=None``) mean "none"; a generator
+    or numpy ids are read once, whole, never emptied by the validation."""
+    assert SamplingParams(stop_token_ids=None, bad_words=None) == SamplingParams()
+    assert SamplingParams(stop_token_ids=(i for i in [5, 6])).stop_token_ids == (5, 6)
+    assert SamplingParams(stop_token_ids=np.array([5, 6])).stop_token_ids == (5, 6)
+    assert SamplingParams(bad_words=[np.array([3, 4])]).bad_words == ((3, 4),)
+    with pytest.raises(ConfigError, match="stop_token_ids must be a sequence of token ids"):
+        SamplingParams(stop_token_ids=[5, True])
+
+
+def test_bad_words_that_ban_every_token_are_refused():
+    """Bad words whose last tokens cover the whole vocabulary could leave a step nothing to sample:
+    refused when the request is added, naming the fix, never a banned token generated."""
+    llm = LLM(toy_factory())
+    vocab = llm.model.vocab_size
+    everything = SamplingParams(max_tokens=2, bad_words=[[t] for t in range(vocab)])
+    with pytest.raises(ConfigError, match=f"bad_words ban every one of the model's {vocab} tokens"):
+        llm.generate([[5, 6]], everything)
+    # every token but 0 always, and 0 right after a 6 (the prompt's last token): nothing is left
+    after_six = SamplingParams(max_tokens=2, bad_words=[[t] for t in range(1, vocab)] + [[6, 0]])
+    with pytest.raises(ConfigError, match="leave at least one token that no word ends with"):
+        llm.generate([[5, 6]], after_six)
+    most = SamplingParams(max_tokens=2, bad_words=[[t] for t in range(1, vocab)])
+    assert llm.generate([[5, 6]], most)[0].token_ids == (0, 0)
+
+
 @pytest.mark.parametrize(
     ("model", "kwargs", "message"),
     [

@@ -21,6 +21,32 @@ def _build(config, *, device, seed):
     return torch.nn.Linear(1, 1)
 
 
+@entry_point
+def _forward_one_arg(inp: ForwardInput) -> Float[Tensor, "num_logits vocab"]:
+    raise AssertionError("never called")
+
+
+@entry_point
+def _forward_extra_arg(model: torch.nn.Module, inp: ForwardInput, other: int) -> Float[Tensor, "num_logits vocab"]:
+    raise AssertionError("never called")
+
+
+def test_factory_signatures_that_fit_are_accepted():
+    # keyword-only or defaulted extras, **kwargs and *args all still take the documented calls
+    def build(config, device=None, seed=0, **extra):
+        return torch.nn.Linear(1, 1)
+
+    def load(path, **kwargs):
+        return None
+
+    @entry_point
+    def forward(model: torch.nn.Module, inp: ForwardInput, *, scale: float = 1.0, **kwargs) -> Float[Tensor, "num_logits vocab"]:
+        raise AssertionError("never called")
+
+    made = ModelFactory(architectures=("FitLM",), forward=forward, build=build, load=load, save=lambda *a: None)
+    assert made.presets == {} and made.supports_speculative is False
+
+
 @pytest.fixture
 def factory():
     made = ModelFactory(
@@ -69,6 +95,23 @@ def test_unchecked_forward_refused():
         ({"architectures": ()}, "must be a non-empty tuple of names"),
         ({"honors_device_token_ids": "yes"}, "honors_device_token_ids must be a bool"),
         ({"build": None}, "build must be callable"),
+        ({"architectures": (1,)}, "must be a non-empty tuple of names"),
+        ({"architectures": ("",)}, "must be a non-empty tuple of names"),
+        ({"supports_speculative": "no"}, "supports_speculative must be a bool"),
+        ({"supports_speculative": 1}, "supports_speculative must be a bool"),
+        ({"load": 5}, "load must be callable or None"),
+        ({"save": "path"}, "save must be callable or None"),
+        ({"presets": [{"n_layers": 1}]}, "presets must map preset names to config dicts"),
+        ({"presets": {"tiny": "cfg"}}, "presets must map preset names to config dicts"),
+        ({"presets": {3: {}}}, "presets must map preset names to config dicts"),
+        ({"preset_seed": "0"}, "preset_seed must be an int"),
+        ({"name": 7}, "name must be a str"),
+        ({"build": lambda config: None}, r"build .* must take build\(config, \*, device, seed\)"),
+        ({"load": lambda path: None}, r"load .* must take load\(path, \*, device\)"),
+        ({"save": lambda model: None}, r"save .* must take save\(model, path\)"),
+        ({"plan_indices": lambda model: None}, r"plan_indices .* must take plan_indices\(model, layout\)"),
+        ({"forward": _forward_one_arg}, r"forward .* must take forward\(model, inp\)"),
+        ({"forward": _forward_extra_arg}, r"forward .* must take forward\(model, inp\)"),
     ],
 )
 def test_malformed_factories_refused(kwargs, message):
