@@ -37,6 +37,9 @@ class Engine:
         self.stats = stats
         if config.device.type == "cpu":
             retain_freed_memory()  # a step's freed buffers stay for the next (TOKENSTATE_CPU_MALLOC)
+        # The runner first: it sizes the slot state against the memory there is, and refuses an
+        # oversized max_num_seqs before the scheduler lists that many free slots.
+        self.runner = ModelRunner(factory, model, config)
         self.scheduler = Scheduler(
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
@@ -47,7 +50,6 @@ class Engine:
             num_speculative_tokens=config.num_speculative_tokens,
             stats=stats,
         )
-        self.runner = ModelRunner(factory, model, config)
         self._in_flight: InFlight | None = None
         self._closed = False
         # A hang is a failure: no progress for this many steps raises EngineStalledError.

@@ -7,6 +7,7 @@ import pytest
 from tokenstate.contracts import ConfigError
 from tokenstate.models.cpu_memory import HUGE_PAGE_BYTES
 from tokenstate.runtime import LLM, SamplingParams, slot_memory
+from tokenstate.runtime.scheduler import Scheduler
 from tokenstate.runtime.slot_memory import available_memory_bytes, slot_state_allocation
 
 
@@ -15,6 +16,23 @@ def test_more_slots_than_the_kernel_will_map_is_a_config_error_naming_max_num_se
     # refuses at once (a MemoryError from inside the engine before).
     with pytest.raises(ConfigError, match=r"max_num_seqs=10000000 does not fit in memory.*lower max_num_seqs"):
         LLM("tiny-llama", max_num_seqs=10**7)
+
+
+def test_an_oversized_engine_is_refused_before_the_scheduler_lists_its_slots(monkeypatch) -> None:
+    # The scheduler keeps a list of every free slot: 10^9 of them is 36 GB of Python ints, which
+    # got the process killed (or a bare MemoryError) before the slot state's own check could say
+    # which setting to lower. The runner sizes the slot state first, so nothing is listed.
+    listed = []
+    original = Scheduler.__init__
+
+    def recording_init(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        listed.append(kwargs.get("max_num_seqs"))
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Scheduler, "__init__", recording_init)
+    with pytest.raises(ConfigError, match=r"max_num_seqs=100000000 does not fit in memory"):
+        LLM("tiny-llama", max_num_seqs=10**8)  # (10^8 keeps the list a test of the old order could build)
+    assert listed == []
 
 
 def test_a_failed_torch_allocation_is_a_config_error_and_other_runtime_errors_pass() -> None:
