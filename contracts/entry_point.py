@@ -34,6 +34,7 @@ from jaxtyping import AbstractArray, Float, Int, TypeCheckError, jaxtyped
 from tokenstate.contracts.checks import get_checks_mode
 from tokenstate.contracts.errors import ContractDefinitionError, ContractViolation
 from tokenstate.contracts.forward_input import ForwardInput
+from tokenstate.contracts.running import forward_running
 
 __all__ = ["EntryPoint", "entry_point"]
 
@@ -155,6 +156,10 @@ class EntryPoint:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with forward_running(self.name):  # HostTokens refuses its raw buffer to a running forward
+            return self._call(args, kwargs)
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         mode = get_checks_mode()
         if mode == "off":
             return self.__wrapped__(*args, **kwargs)

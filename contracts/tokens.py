@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from tokenstate.contracts.errors import ConfigError, ContractViolation, StaleHostTokensError
+from tokenstate.contracts.running import running_forward
 
 __all__ = ["PLACEHOLDER", "TOKEN_ID_DTYPES", "DeviceTokens", "HostTokens"]
 
@@ -202,9 +203,15 @@ class HostTokens:
     def placeholder_buffer(self) -> torch.Tensor:
         """``[num_tokens]`` raw host buffer *including* placeholders — input to a combine kernel.
 
-        Only a combine step may consume this; embedding it is the bug this package exists to stop
-        (and the guarded embedding refuses it).
+        Only a combine step may consume this; embedding it is the bug this package exists to stop.
+        Read inside a registered forward (an :func:`~tokenstate.contracts.entry_point` call) on a
+        step with stale positions it raises :class:`StaleHostTokensError`, as ``.ids`` does: an
+        embedding that masks out-of-range ids (vLLM's vocabulary-parallel one) would otherwise turn
+        the placeholders into fluent wrong tokens, and a plain ``nn.Embedding`` into an
+        ``IndexError`` naming nothing.
         """
+        if self._stale_positions and running_forward() is not None:
+            self._raise_stale(list(self._stale_positions), f"placeholder_buffer() in forward {running_forward()}")
         return self._ids
 
     def _raise_stale(self, positions: list[int], what: str) -> None:

@@ -12,14 +12,16 @@ Its arithmetic is *batch invariant*: each logit is a product-and-sum over a fixe
 same request gives bit-identical logits whatever shares its step and however its prefill is
 chunked. That is what lets tests demand async == sync token for token.
 
-Three forwards differ only in which ids they embed, each a plain registered entry point (the
+Four forwards differ only in which ids they embed, each a plain registered entry point (the
 routing checker reads them statically):
 
 * :func:`toy_forward` — ``inp.embedding_ids()``: correct on every path.
 * :func:`toy_forward_host_ids` — ``inp.host_tokens.ids``: the original bug (it must not declare
   ``honors_device_token_ids=True``; if it does, the type state raises on the first async decode).
-* :func:`toy_forward_placeholder_buffer` — the raw host buffer, bypassing the type state: the
-  guarded embedding refuses the placeholders.
+* :func:`toy_forward_placeholder_buffer` — the raw host buffer: refused to a running forward on
+  a step with stale positions (``StaleHostTokensError``), as ``.ids`` is.
+* :func:`toy_forward_private_buffer` — the buffer's private field, bypassing every check of the
+  type state: the guarded embedding refuses the placeholders.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ __all__ = [
     "toy_forward",
     "toy_forward_host_ids",
     "toy_forward_placeholder_buffer",
+    "toy_forward_private_buffer",
 ]
 
 TOY_DEFAULTS: dict[str, Any] = {
@@ -180,8 +183,20 @@ def toy_forward_host_ids(model: ToyLM, inp: ForwardInput) -> Float[Tensor, "num_
 def toy_forward_placeholder_buffer(
     model: ToyLM, inp: ForwardInput
 ) -> Float[Tensor, "num_logits vocab"]:
-    """Bypasses the type state: embeds the raw host buffer, placeholders included."""
+    """Bypasses the type state: embeds the raw host buffer, placeholders included (refused: a
+    forward reading ``placeholder_buffer()`` on a step with stale positions raises)."""
     raw = inp.host_tokens.placeholder_buffer()  # [num_tokens], PLACEHOLDER at stale positions
+    hidden = guarded_embedding(raw.to(model.device), model.embed)  # [num_tokens, hidden]
+    return _mix_and_project(model, inp, hidden)
+
+
+@entry_point
+def toy_forward_private_buffer(
+    model: ToyLM, inp: ForwardInput
+) -> Float[Tensor, "num_logits vocab"]:
+    """Bypasses every check of the type state: embeds the private host buffer field, placeholders
+    included; only the guarded embedding stops it."""
+    raw = inp.host_tokens._ids  # [num_tokens], PLACEHOLDER at stale positions
     hidden = guarded_embedding(raw.to(model.device), model.embed)  # [num_tokens, hidden]
     return _mix_and_project(model, inp, hidden)
 
@@ -190,6 +205,7 @@ _FORWARDS = {
     "device": toy_forward,
     "host": toy_forward_host_ids,
     "raw": toy_forward_placeholder_buffer,
+    "private": toy_forward_private_buffer,
 }
 
 
@@ -219,7 +235,7 @@ def toy_factory(
     name: str = "ToyLM",
     *,
     honors: bool = True,
-    embed: Literal["device", "host", "raw"] = "device",
+    embed: Literal["device", "host", "raw", "private"] = "device",
     vocab_size: int = TOY_DEFAULTS["vocab_size"],
     hidden_size: int = TOY_DEFAULTS["hidden_size"],
     max_model_len: int = TOY_DEFAULTS["max_position_embeddings"],
@@ -231,8 +247,8 @@ def toy_factory(
     Args:
         name: architecture name (also the preset name, lower-cased).
         honors: the declared ``honors_device_token_ids``.
-        embed: which forward: ``"device"`` (correct), ``"host"`` (the original bug) or ``"raw"``
-            (embeds the placeholder buffer).
+        embed: which forward: ``"device"`` (correct), ``"host"`` (the original bug), ``"raw"``
+            (embeds the placeholder buffer) or ``"private"`` (embeds the buffer's private field).
         vocab_size: the preset's vocabulary size.
         hidden_size: the preset's hidden size.
         max_model_len: the preset's context length (``max_position_embeddings``).

@@ -426,7 +426,8 @@ def _kimi_host(patch: Any) -> None:
 
     def host_buffer(ids, weight):
         inp = sys._getframe(1).f_locals["inp"]  # the forward's input: the lie reads its host buffer
-        return embed(inp.host_tokens.placeholder_buffer().clamp(min=0).to(ids.device), weight)
+        # (through the private field: placeholder_buffer() is refused to a forward on a spliced step)
+        return embed(inp.host_tokens._ids.clamp(min=0).to(ids.device), weight)
 
     patch.setattr(kimi, "guarded_embedding", host_buffer)
 
@@ -441,7 +442,7 @@ def _scope_host(patch: Any) -> None:
     scope = importlib.import_module("tokenstate.models.scope")
 
     def host_ids(self):
-        return self._host_tokens.placeholder_buffer().clamp(min=0).to(self._device)
+        return self._host_tokens._ids.clamp(min=0).to(self._device)  # private: see _kimi_host
 
     patch.setattr(scope.StepScope, "embedding_ids", host_ids)
 

@@ -224,3 +224,12 @@ def async_splices_wrong_token(patch: MutantPatch) -> None:
         return combine(*args, **kwargs)
 
     patch.setattr(runner_module, "combine", combine_with_wrong_last_token)
+
+
+@mutant(
+    "SHI-15/raw-buffer-free-in-forwards",
+    doc="`HostTokens.placeholder_buffer()` hands a running forward the raw buffer on a spliced step "
+    "(before: only the guarded embedding stood between it and the placeholders).",
+)
+def raw_buffer_free_in_forwards(patch: MutantPatch) -> None:
+    patch.setattr(HostTokens, "placeholder_buffer", lambda self: self._ids)

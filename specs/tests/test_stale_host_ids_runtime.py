@@ -10,8 +10,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from jaxtyping import Float
 
-from tokenstate.contracts import PLACEHOLDER, ContractViolation, stale_position_mask
+from tokenstate.contracts import (
+    PLACEHOLDER,
+    ContractViolation,
+    ForwardInput,
+    entry_point,
+    stale_position_mask,
+)
+from tokenstate.runtime import ModelFactory
 
 from .stale_host_ids_mutants import (
     async_branch_cuda_only,
@@ -19,6 +27,7 @@ from .stale_host_ids_mutants import (
     delegation_blind,
     fallback_keeps_stale_host_ids,
     placeholder_clamped,
+    raw_buffer_free_in_forwards,
     refuse_policy_ignored,
     refuse_without_spliced_rows,
     twin_predicate_drifts,
@@ -63,6 +72,54 @@ def test_prefill_only_steps_never_refused():
     )
     assert [len(t) for t in tokens] == [1, 1]
     assert stats.fallback_steps == 0 and stats.async_steps > 0
+
+
+class _VocabParallelEmbedding(torch.nn.Embedding):
+    """vLLM's masking: an id outside this shard's range embeds as a zero row, without an error."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        inside = (ids >= 0) & (ids < self.num_embeddings)  # [num_tokens]
+        return super().forward(ids.clamp(0, self.num_embeddings - 1)) * inside[:, None]
+
+
+class _MaskedEmbeddingLM(torch.nn.Module):
+    vocab_size, max_model_len, eos_token_id = 128, 64, None
+
+    def __init__(self) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(15)
+        self.embed = _VocabParallelEmbedding(128, 16)
+        with torch.no_grad():
+            self.embed.weight.copy_(torch.randn(128, 16, generator=gen))
+        self.head = torch.nn.Parameter(torch.randn(128, 16, generator=gen), requires_grad=False)  # [vocab, hidden]
+
+    def allocate_slots(self, num_slots: int) -> None:
+        """Stateless."""
+
+    def reset_slot(self, slot: int) -> None:
+        """Stateless."""
+
+
+@entry_point
+def _masked_raw_buffer_forward(model: _MaskedEmbeddingLM, inp: ForwardInput) -> Float[torch.Tensor, "num_logits vocab"]:
+    hidden = model.embed(inp.host_tokens.placeholder_buffer().long())  # [num_tokens, hidden]
+    return hidden[inp.logits_indices] @ model.head.T  # [num_logits, vocab]
+
+
+def _masked_raw_buffer_model() -> ModelFactory:
+    return ModelFactory(
+        architectures=("SpecMaskedRawLM",), forward=_masked_raw_buffer_forward, honors_device_token_ids=True,
+        presets={"tiny-spec-masked-raw": {}},
+        build=lambda config, *, device, seed: _MaskedEmbeddingLM().to(device),
+    )  # fmt: skip
+
+
+@pytest.mark.paid("SHI-15", before=raw_buffer_free_in_forwards)
+def test_a_forward_reading_the_raw_buffer_raises_whatever_it_embeds_with():
+    from tokenstate.contracts import StaleHostTokensError
+
+    with pytest.raises(StaleHostTokensError, match=r"placeholder_buffer\(\) in forward .*rows \[0, 1\]"):
+        generate(_masked_raw_buffer_model(), async_scheduling=True)
 
 
 @pytest.mark.paid("SHI-9", before=placeholder_clamped)

@@ -12,6 +12,7 @@ from tokenstate.contracts import (
     TokenStateError,
     checks_mode,
 )
+from tokenstate.contracts.running import forward_running
 
 from .conftest import i32
 
@@ -50,6 +51,19 @@ def test_host_tokens_reports_stale_rows_and_keeps_placeholder_buffer(step):
     assert host.has_stale and host.stale_rows == (1,)
     assert host.placeholder_buffer().tolist() == [1, 2, 3, PLACEHOLDER, 4, 5]
     assert "stale_rows=[1]" in repr(host)
+
+
+def test_the_raw_buffer_is_refused_only_to_a_running_forward_on_a_stale_step(step):
+    host = step.host()
+    # Outside every forward (a combine kernel's input, the runner's own staging) it is readable.
+    assert host.placeholder_buffer().tolist() == [1, 2, 3, PLACEHOLDER, 4, 5]
+    with forward_running("my_model.forward"), pytest.raises(
+        StaleHostTokensError, match=r"placeholder_buffer\(\) in forward my_model\.forward: .*rows \[1\] \(slots \[0\]\)"
+    ):
+        host.placeholder_buffer()
+    fresh = HostTokens.fresh(i32([1, 2, 3]), i32([0, 3]), i32([0]))
+    with forward_running("my_model.forward"):
+        assert fresh.placeholder_buffer().tolist() == [1, 2, 3]  # no stale position: nothing to refuse
 
 
 def test_long_stale_lists_are_abbreviated():

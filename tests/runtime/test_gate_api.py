@@ -51,6 +51,8 @@ def test_a_silent_divergence_fails_naming_request_step_row_and_staleness(broken_
 
 def test_a_contract_error_on_one_path_fails_with_its_message():
     with pytest.raises(AssertionError, match=r"the async path raised EmbeddedBadIdsError: "):
+        assert_async_equals_sync(toy_factory(embed="private"), num_requests=2, max_tokens=4)
+    with pytest.raises(AssertionError, match=r"the async path raised StaleHostTokensError: .*placeholder_buffer"):
         assert_async_equals_sync(toy_factory(embed="raw"), num_requests=2, max_tokens=4)
 
 

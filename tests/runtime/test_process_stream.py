@@ -241,7 +241,7 @@ def test_a_stale_host_read_in_the_device_process_raises_at_the_sync_point() -> N
 
 
 def test_a_placeholder_embedded_in_the_device_process_is_reported_with_its_rows() -> None:
-    llm = LLM(toy_factory(embed="raw", honors=True), max_num_batched_tokens=64, cpu_stream="process")
+    llm = LLM(toy_factory(embed="private", honors=True), max_num_batched_tokens=64, cpu_stream="process")
     with pytest.raises(EmbeddedBadIdsError, match=r"ids outside \[0, vocab=128\).*rows \[0, 1, 2"):
         llm.generate(PROMPTS, SamplingParams(max_tokens=6, ignore_eos=True))
 

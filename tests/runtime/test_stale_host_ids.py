@@ -73,8 +73,21 @@ def test_refuse_names_the_model_and_the_fix_but_never_refuses_a_step_without_sta
     assert llm.stats.fallback_steps == 0
 
 
-def test_embedding_the_raw_placeholder_buffer_is_caught_by_the_guarded_embedding():
+def test_reading_the_raw_buffer_in_a_forward_is_refused_naming_the_rows():
+    """A forward declared honouring that reads ``placeholder_buffer()`` on a spliced step raises
+    there, whatever it embeds with: a masking embedding (vLLM's) would make the placeholders fluent
+    wrong tokens, a plain ``nn.Embedding`` an ``IndexError`` naming nothing."""
     llm = LLM(toy_factory(embed="raw", honors=True), max_num_batched_tokens=64)
+    with pytest.raises(
+        StaleHostTokensError, match=r"placeholder_buffer\(\) in forward .*toy_forward_placeholder_buffer: .*rows \[0, 1, 2\]"
+    ) as caught:
+        llm.generate(PROMPTS, SAMPLING)
+    assert caught.value.rows == (0, 1, 2)
+    assert llm.stats.finished_requests == 0  # nothing was returned
+
+
+def test_embedding_the_private_buffer_is_caught_by_the_guarded_embedding():
+    llm = LLM(toy_factory(embed="private", honors=True), max_num_batched_tokens=64)
     with pytest.raises(
         EmbeddedBadIdsError, match=r"ids outside \[0, vocab=128\).*rows \[0, 1, 2\]"
     ) as caught:

@@ -1,6 +1,7 @@
 """A deliberately broken model plugin: the bug vllm.cpp shipped, packaged as a third-party model.
 
-Its forward embeds the raw host buffer with placeholders clamped to a valid id — so nothing raises
+Its forward embeds the host buffer with placeholders clamped to a valid id — read through the buffer's
+private field, since ``placeholder_buffer()`` is refused to a forward on a spliced step — so nothing raises
 and the async path produces fluent wrong tokens — while its factory declares
 ``honors_device_token_ids=True``. ``tokenstate verify --module broken_lm_plugin`` must fail: the
 checker finds the host route, and the gate pinpoints the first stale row that diverged.
@@ -43,7 +44,7 @@ class BrokenLM(torch.nn.Module):
 
 @entry_point
 def clamped_host_forward(model: BrokenLM, inp: ForwardInput) -> Float[Tensor, "num_logits vocab"]:
-    ids = inp.host_tokens.placeholder_buffer().clamp(min=0)  # the silent bug: placeholder -> id 0
+    ids = inp.host_tokens._ids.clamp(min=0)  # the silent bug: placeholder -> id 0
     hidden = guarded_embedding(ids, model.embed)  # [num_tokens, hidden]
     outs = torch.empty_like(hidden)  # [num_tokens, hidden]
     for row in inp.layout.rows:
