@@ -387,12 +387,14 @@ def _chunked(ctx: MatrixContext) -> CellPlan:
 def _chunk_conditions(ctx: MatrixContext, plan: CellPlan, result: dict[str, Any]) -> list[Condition]:
     budget = plan.engine["max_num_batched_tokens"]
     prompts = plan.prompts if plan.prompts is not None else ctx.prompts
-    return [
+    conditions = [
         Condition("prompts prefilled in chunks", sum(len(p) > budget for p in prompts), "> 0"),
         Condition("skipped rows", _stat(result, "async", "skipped_rows"), "> 0"),
-        # A skipped prefill chunk: its request must resume exactly where the last chunk ended.
-        Condition("skipped prefill rows", _stat(result, "async", "skipped_prefill_rows"), "> 0"),
     ]
+    if "speculative" in plan.engine:  # only drafts bring a step a prefill chunk cannot enter
+        # A skipped prefill chunk: its request must resume exactly where the last chunk ended.
+        conditions.append(Condition("skipped prefill rows", _stat(result, "async", "skipped_prefill_rows"), "> 0"))
+    return conditions
 
 
 def _everything_conditions(ctx: MatrixContext, plan: CellPlan, result: dict[str, Any]) -> list[Condition]:
