@@ -2,7 +2,9 @@
 
 ``--module PKG`` means the same in ``check``, ``gate`` and ``verify``: import ``PKG`` (so the
 factories it registers join the registry) and restrict the command to the models whose forward is
-defined in ``PKG``. The current directory is importable, as it is for ``python -m``: a console
+defined in ``PKG`` or that importing ``PKG`` registered (a package may serve a library forward,
+e.g. the reference Llama's, under its own architecture). A package that fails to import is a usage
+error (exit 2) naming what it raised, never a traceback or a finding. The current directory is importable, as it is for ``python -m``: a console
 script does not put it on ``sys.path``, so ``tokenstate check --module myengine`` run next to
 ``myengine/`` would otherwise not find it.
 """
@@ -23,12 +25,21 @@ from tokenstate.runtime.registry import ModelFactory
 __all__ = ["factories_in", "factory_of_model", "forward_module", "import_modules"]
 
 
+_REGISTERED_BY: dict[str, list[ModelFactory]] = {}  # --module name -> factories its import registered
+
+
 def import_modules(names: Sequence[str]) -> None:
     """Import every ``--module`` package, with the current directory importable."""
     cwd = os.getcwd()
     if names and cwd not in sys.path and "" not in sys.path:
         sys.path.insert(0, cwd)
     for name in names:
+        if not name or not all(part.isidentifier() for part in name.split(".")):
+            raise ConfigError(
+                f"--module {name!r} is not a module name; pass an importable dotted name such as "
+                "myengine or myengine.models (run from the directory that holds it)."
+            )
+        before = set(map(id, registry.factories()))
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -41,6 +52,16 @@ def import_modules(names: Sequence[str]) -> None:
             ) from exc
         except ImportError as exc:
             raise ConfigError(f"--module {name}: importing it failed: {exc}.") from exc
+        except SystemExit as exc:
+            raise ConfigError(f"--module {name}: importing it called sys.exit({exc.code!r}).") from None
+        except Exception as exc:  # the package's own code failed: say so, as a usage error
+            raise ConfigError(
+                f"--module {name}: importing it raised {type(exc).__name__}: {exc} (python -c "
+                f"'import {name}' shows the traceback)."
+            ) from exc
+        new = [f for f in registry.factories() if id(f) not in before]
+        if new:
+            _REGISTERED_BY.setdefault(name, []).extend(new)
 
 
 def forward_module(factory: ModelFactory) -> str:
@@ -54,12 +75,18 @@ def _in_packages(module: str, packages: Sequence[str]) -> bool:
 
 
 def factories_in(modules: Sequence[str]) -> list[ModelFactory]:
-    """Registered factories whose forward lives in one of ``modules`` (all when none are named)."""
-    found = [f for f in registry.factories() if not modules or _in_packages(forward_module(f), modules)]
+    """Registered factories whose forward lives in one of ``modules``, or that importing one of them
+    registered (all factories when none are named)."""
+    registered = {id(f) for name in modules for f in _REGISTERED_BY.get(name, [])}
+    found = [
+        f for f in registry.factories()
+        if not modules or id(f) in registered or _in_packages(forward_module(f), modules)
+    ]  # fmt: skip
     if modules and not found:
         raise ConfigError(
-            f"no registered forward is defined in {', '.join(modules)}; does the package register "
-            "its ModelFactory (tokenstate.runtime.registry.register) when imported?"
+            f"no registered forward is defined in {', '.join(modules)}, and importing it registered "
+            "no ModelFactory; does the package call tokenstate.runtime.registry.register when "
+            "imported? (--model NAME picks a registered model whatever module defines it.)"
         )
     return found
 

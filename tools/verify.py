@@ -47,7 +47,8 @@ __all__ = ["SpecSummary", "add_verify_arguments", "find_specs_root", "run_spec_t
 
 @dataclass
 class SpecSummary:
-    """What the spec run showed (``ran=False`` with ``note`` when it could not run)."""
+    """What the spec run showed (``ran=False`` with ``note`` when it did not run; a run that broke
+    before writing its ledger is also ``unhealthy``, so verify fails)."""
 
     ran: bool
     note: str = ""
@@ -98,9 +99,10 @@ def run_spec_tests(root: Path) -> SpecSummary:
         cmd = [sys.executable, "-m", "pytest", "specs", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                "--tokenstate-ledger", str(ledger_file)]
         proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=dict(os.environ))
-        if not ledger_file.is_file():
+        if not ledger_file.is_file():  # the run broke before its first result: a failure, not a skip
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
-            return SpecSummary(False, f"the spec run wrote no ledger (pytest exit {proc.returncode}): " + " | ".join(tail))
+            note = f"the spec run failed: it wrote no ledger (pytest exit {proc.returncode}): " + " | ".join(tail)
+            return SpecSummary(False, note, unhealthy=[note])
         ledger = Ledger.read(ledger_file)
     summary = SpecSummary(True, f"pytest specs in {root}", seconds=time.perf_counter() - start)
     for entry in ledger.items:

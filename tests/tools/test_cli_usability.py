@@ -64,6 +64,20 @@ def test_verify_refuses_a_missing_specs_dir_before_anything_runs(monkeypatch, ca
     assert "no specs/*.md there" in capsys.readouterr().err
 
 
+def test_verify_fails_when_the_spec_run_breaks_before_writing_its_ledger(tmp_path, capsys):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "demo.md").write_text("# Demo\n\n## Owed\n\n## Paid\n")
+    (tmp_path / "conftest.py").write_text("raise RuntimeError('conftest boom')\n")
+    code = main([
+        "verify", "--model", "tiny-llama", "--quick", "--no-oracle", "--requests", "2", "--max-tokens", "4",
+        "--specs", str(tmp_path),
+    ])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "verify: FAIL" in out and "the spec run failed" in out and "conftest boom" in out
+
+
 @pytest.mark.parametrize(
     ("option", "message"),
     [
@@ -114,6 +128,48 @@ def test_an_unimportable_module_says_where_it_was_looked_for(capsys, tmp_path, m
         )
     finally:
         sys.modules.pop("needs_dep", None)
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "message"),
+    [
+        ("bad_syntax_pkg", "def broken(:\n", "importing it raised SyntaxError"),
+        ("raising_pkg", "raise RuntimeError('no GPU here')\n", "importing it raised RuntimeError: no GPU here"),
+        ("exiting_pkg", "import sys\nsys.exit(3)\n", "importing it called sys.exit(3)"),
+        ("", None, "'' is not a module name"),
+        ("../up", None, "'../up' is not a module name"),
+    ],
+)
+def test_a_module_that_fails_to_import_is_a_usage_error_not_a_finding(capsys, tmp_path, monkeypatch, name, source, message):
+    """Exit 2 (bad invocation), never 1 (findings), and no traceback: CI must tell them apart."""
+    monkeypatch.chdir(tmp_path)
+    if source is not None:
+        (tmp_path / f"{name}.py").write_text(source)
+    try:
+        assert main(["check", "--module", name]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
+    finally:
+        sys.modules.pop(name, None)
+
+
+def test_module_scope_includes_factories_it_registers_around_library_forwards(capsys, tmp_path, monkeypatch):
+    """A package that registers the toy forward under its own architecture is that package's."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reuses_forward_pkg.py").write_text(
+        "import dataclasses\n"
+        "from tokenstate.models.toy import toy_factory\n"
+        "from tokenstate.runtime import register\n"
+        "FACTORY = register(toy_factory('ReusedForwardLM'))\n"
+    )
+    try:
+        assert main(["check", "--module", "reuses_forward_pkg"]) == 0
+        out = capsys.readouterr().out
+        assert "ReusedForwardLM: honors" in out and "kimi-linear" not in out
+    finally:
+        module = sys.modules.pop("reuses_forward_pkg", None)
+        if module is not None:
+            registry.unregister(module.FACTORY)
 
 
 def test_module_restricts_gate_and_verify_as_it_restricts_check(broken_plugin, capsys):
