@@ -16,6 +16,7 @@ hook (if asked for) is in place.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -26,9 +27,17 @@ __all__ = ["CHECKS_OPTION", "CHECKS_PACKAGE_OPTION", "LEDGER_OPTION"]
 CHECKS_OPTION = "--tokenstate-checks"
 CHECKS_PACKAGE_OPTION = "--tokenstate-checks-package"
 # Left to their own checks: modules of registered forwards (an ``@entry_point`` already checks every
-# call, and beartype would replace the EntryPoint wrapper by a plain function), and the routing
-# checker, whose mixins annotate ``self`` with the engine class for static analysis only.
-CLAW_SKIPPED = ("tokenstate.models", "tokenstate.models.toy", "tokenstate.checker")
+# call, and beartype would replace the EntryPoint wrapper by a plain function); the routing
+# checker, whose mixins annotate ``self`` with the engine class for static analysis only; and the
+# public API that takes a user's arguments (LLM, SamplingParams, the registry, the gate and its
+# assertion): each validates them itself with a ConfigError that says what to do, and accepts
+# more than its annotations name (vLLM's ``None`` defaults, numpy ids), so beartype would refuse
+# documented inputs and pre-empt those messages.
+CLAW_SKIPPED = (
+    "tokenstate.models", "tokenstate.models.toy", "tokenstate.checker",
+    "tokenstate.runtime.llm", "tokenstate.runtime.params", "tokenstate.runtime.registry",
+    "tokenstate.testing", "tokenstate.tools.gate",
+)  # fmt: skip
 LEDGER_OPTION = "--tokenstate-ledger"
 _CLAW_KEY = pytest.StashKey[tuple[str, ...]]()  # the packages beartype's hook covers in this run
 
@@ -94,7 +103,23 @@ def _checked_packages(config: pytest.Config, named: list[str]) -> tuple[str, ...
                 f"{CHECKS_PACKAGE_OPTION} {name!r}: not a package name; pass an importable dotted "
                 "name such as myengine or myengine.models."
             )
+        top = name.partition(".")[0]
+        if not _findable(top, config):
+            raise pytest.UsageError(
+                f"{CHECKS_PACKAGE_OPTION} {name!r}: no package {top!r} is installed or importable "
+                "from here, so nothing would be checked; check the spelling, or install the package "
+                "(pip install -e .)."
+            )
     return tuple(dict.fromkeys(("tokenstate", *user)))
+
+
+def _findable(top: str, config: pytest.Config) -> bool:
+    """Whether top-level package ``top`` is installed or sits where the tests will import it from
+    (the rootdir, its ``src/``, the invocation directory) — found without importing it."""
+    if importlib.util.find_spec(top) is not None:
+        return True
+    folders = {config.rootpath, config.rootpath / "src", Path(config.invocation_params.dir)}
+    return any((folder / top / "__init__.py").is_file() or (folder / f"{top}.py").is_file() for folder in folders)
 
 
 def _install_checks_hook(config: pytest.Config, named: list[str]) -> None:

@@ -257,6 +257,35 @@ def test_checks_option_type_checks_tokenstate_modules(pytester):
     )
 
 
+def test_under_the_checks_option_the_public_api_still_validates_its_own_inputs(pytester):
+    """The modules that take a user's arguments (``LLM``, ``SamplingParams``, the registry, the gate
+    assertion) say what is wrong with a ``ConfigError``; beartype's hook must neither pre-empt that
+    nor refuse the inputs they document (vLLM's ``None`` defaults, numpy ids)."""
+    pytester.makepyfile(
+        """
+import numpy as np
+import pytest
+
+def test_public_inputs():
+    from tokenstate.contracts import ConfigError, ContractDefinitionError
+    from tokenstate.runtime import LLM, SamplingParams, register
+    from tokenstate.testing import assert_async_equals_sync
+
+    assert SamplingParams(stop_token_ids=None, bad_words=None).stop_token_ids == ()
+    assert SamplingParams(stop_token_ids=np.array([5]), bad_words=[[5], [7, 8]]).bad_words == ((5,), (7, 8))
+    with pytest.raises(ConfigError, match="max_tokens must be an int"):
+        SamplingParams(max_tokens="5")
+    with pytest.raises(ConfigError, match="max_num_seqs must be a positive int"):
+        LLM("tiny-llama", max_num_seqs="2")
+    with pytest.raises(ContractDefinitionError, match="takes a ModelFactory"):
+        register(5)
+    with pytest.raises(ConfigError):
+        assert_async_equals_sync("tiny-llama", max_tokens="5")
+"""
+    )
+    pytester.runpytest_subprocess("--tokenstate-checks", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
 def test_without_the_checks_option_a_mistyped_call_goes_unchecked(pytester):
     pytester.makepyfile(MISTYPED.format(body="assert worst_result(None, 0) == 0"))
     pytester.runpytest_inprocess().assert_outcomes(passed=1)

@@ -60,3 +60,10 @@ def test_a_bad_package_name_is_a_usage_error(pytester):
     result = pytester.runpytest_subprocess("--tokenstate-checks-package", "my-engine", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--tokenstate-checks-package 'my-engine': not a package name; pass an importable dotted name*"])
+
+
+def test_a_package_name_nothing_answers_to_is_a_usage_error(pytester):
+    _project(pytester, RAISES)
+    result = pytester.runpytest_subprocess("--tokenstate-checks-package", "myengnie", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--tokenstate-checks-package 'myengnie': no package 'myengnie' is installed or importable*"])
