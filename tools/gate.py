@@ -24,7 +24,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tokenstate.contracts import ConfigError, TokenStateError, checks_mode
+from tokenstate.contracts import CHECK_MODES, ConfigError, TokenStateError, checks_mode
 from tokenstate.runtime.llm import LLM, execution_device
 from tokenstate.runtime.outputs import RequestOutput
 from tokenstate.runtime.params import SamplingParams
@@ -67,6 +67,15 @@ class GateConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"gate: {name} must be a positive int, got {value!r}.")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"gate: seed must be an int >= 0, got {self.seed!r}.")
+        for name in ("oracle", "quick"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"gate: {name} must be a bool, got {getattr(self, name)!r}.")
+        if self.checks is not None and self.checks not in CHECK_MODES:
+            raise ConfigError(
+                f"gate: checks={self.checks!r} is not a checks mode; valid values: {', '.join(CHECK_MODES)}."
+            )
         execution_device(self.device)  # refused here, before any model is built or checked
 
 
@@ -176,6 +185,8 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
         try:
             with checks_mode(config.checks) if config.checks else contextlib.nullcontext():
                 outputs[path] = engine.generate(prompts, params)
+        except ConfigError:
+            raise  # a bad prompt or setting is the caller's, not a divergence of one path
         except TokenStateError as exc:
             report.errors[path] = f"{type(exc).__name__}: {exc}"
         report.stats[path] = engine.stats.as_dict()

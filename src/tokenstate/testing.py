@@ -57,13 +57,18 @@ def assert_async_equals_sync(
             active one).
         oracle: also compare both paths with HF transformers (registered models that can be saved).
 
+    The options from ``num_requests`` on configure tokenstate's own engines: with your own
+    ``generate`` they must stay at their defaults (set them in your engine instead).
+
     Returns:
         The gate's ``GateReport`` (registered models) or the outputs per path
         (``{"sync": ..., "async": ...}``) for your own engine.
 
     Raises:
         AssertionError: a path diverged or raised a contract error (the message says where).
-        tokenstate.contracts.ConfigError: a bad argument.
+        tokenstate.contracts.ConfigError: a bad argument — a bad prompt included, which both paths
+            would refuse alike (it is never reported as a divergence), and, with your own engine,
+            an output that is not one token-id list per prompt.
     """
     from tokenstate.contracts import CHECK_MODES, ConfigError, get_checks_mode
     from tokenstate.runtime.registry import ModelFactory
@@ -82,6 +87,18 @@ def assert_async_equals_sync(
                 "assert_async_equals_sync: pass prompts=[[...], ...] with your own engine's "
                 "generate; the built-in request set is for registered models."
             )
+        given = {
+            "num_requests": num_requests, "max_tokens": max_tokens, "max_num_seqs": max_num_seqs,
+            "max_num_batched_tokens": max_num_batched_tokens, "seed": seed, "device": device,
+            "checks": checks, "oracle": oracle,
+        }  # fmt: skip
+        ignored = [f"{k}={v!r}" for k, v in given.items() if v != _ENGINE_DEFAULTS[k]]
+        if ignored:
+            raise ConfigError(
+                f"assert_async_equals_sync: {', '.join(ignored)} configure tokenstate's own engines; "
+                "your own generate(prompts, async_scheduling) runs with whatever settings it has, so "
+                "set them there (or leave these at their defaults)."
+            )
         return _assert_engine(model, prompts)
     from tokenstate.tools.gate import GateConfig, run_gate
 
@@ -99,6 +116,13 @@ def assert_async_equals_sync(
     if not report.passed:
         raise AssertionError(_describe_report(report))
     return report
+
+
+_ENGINE_DEFAULTS: dict[str, Any] = {
+    "num_requests": 8, "max_tokens": 32, "max_num_seqs": 4, "max_num_batched_tokens": 32, "seed": 0,
+    "device": "cpu", "checks": None, "oracle": False,
+}  # fmt: skip
+"""The defaults of :func:`assert_async_equals_sync`'s engine options (refused with your own engine)."""
 
 
 def _checked_prompts(prompts: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -132,12 +156,7 @@ def _assert_engine(generate: EngineGenerate, prompts: list[list[int]]) -> dict[s
                 f"async scheduling diverged from sync scheduling: the {path} path raised "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        if isinstance(got, str | bytes) or not isinstance(got, Sequence) or len(got) != len(prompts):
-            raise ConfigError(
-                f"assert_async_equals_sync: generate(prompts, async_scheduling={async_scheduling}) "
-                f"must return one token-id list per prompt ({len(prompts)}), got {got!r}."
-            )
-        outputs[path] = [[int(t) for t in tokens] for tokens in got]
+        outputs[path] = _token_lists(got, len(prompts), async_scheduling)
     problems = []
     for i, (sync, async_) in enumerate(zip(outputs["sync"], outputs["async"], strict=True)):
         if sync != async_:
@@ -151,3 +170,25 @@ def _assert_engine(generate: EngineGenerate, prompts: list[list[int]]) -> dict[s
     if problems:
         raise AssertionError("async scheduling diverged from sync scheduling:\n" + "\n".join(problems))
     return outputs
+
+
+def _token_lists(got: object, num_prompts: int, async_scheduling: bool) -> list[list[int]]:
+    """``got`` as one list of int token ids per prompt, or a ConfigError saying what came back."""
+    import numbers
+
+    from tokenstate.contracts import ConfigError
+
+    def is_ids(tokens: object) -> bool:
+        return (
+            not isinstance(tokens, str | bytes) and isinstance(tokens, Sequence)
+            and all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in tokens)
+        )  # fmt: skip
+
+    if isinstance(got, str | bytes) or not isinstance(got, Sequence) or len(got) != num_prompts or not all(
+        is_ids(tokens) for tokens in got
+    ):
+        raise ConfigError(
+            f"assert_async_equals_sync: generate(prompts, async_scheduling={async_scheduling}) "
+            f"must return one token-id list per prompt ({num_prompts}), got {got!r}."
+        )
+    return [[int(t) for t in tokens] for tokens in got]

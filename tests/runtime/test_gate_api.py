@@ -82,3 +82,43 @@ def test_bad_arguments_are_config_errors(monkeypatch):
     set_checks_mode(None)
     with pytest.raises(ConfigError, match=r"TOKENSTATE_CHECKS='bogus' is not a checks mode"):
         assert_async_equals_sync(toy_factory())
+
+
+@pytest.mark.parametrize("prompts", [[[]], [[-1]], [[10**9]], [["a"]], [[1.5]]])
+def test_a_bad_prompt_is_the_callers_config_error_not_a_divergence(prompts):
+    with pytest.raises(ConfigError, match=r"prompt 0"):
+        assert_async_equals_sync(toy_factory(), prompts, max_tokens=2)
+
+
+@pytest.mark.parametrize("returned", [[5, 6], [["a"], ["b"]], [None, None], [[1.5], [2]]])
+def test_own_engine_outputs_that_are_not_token_id_lists_are_config_errors(returned):
+    with pytest.raises(ConfigError, match=r"must return one token-id list per prompt"):
+        assert_async_equals_sync(lambda prompts, a: returned, [[1], [2]])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"checks": "full"}, r"checks=.* configure tokenstate's own engines"),
+        ({"oracle": True}, r"oracle=.* configure tokenstate's own engines"),
+        ({"max_tokens": 4}, r"max_tokens=.* configure tokenstate's own engines"),
+        ({"device": "tpu"}, r"device=.* configure tokenstate's own engines"),
+    ],
+)
+def test_own_engine_refuses_the_options_it_would_ignore(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        assert_async_equals_sync(lambda prompts, a: prompts, [[1], [2]], **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"oracle": "yes"}, "oracle must be a bool"),
+        ({"seed": -1}, "seed must be an int >= 0"),
+        ({"max_tokens": "x"}, "max_tokens must be a positive int"),
+        ({"num_requests": 0}, "num_requests must be a positive int"),
+    ],
+)
+def test_registered_model_options_are_checked(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        assert_async_equals_sync(toy_factory(), **kwargs)
