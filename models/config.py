@@ -25,6 +25,7 @@ __all__ = [
     "ConfigSchema",
     "Field",
     "divides",
+    "special_token_rules",
 ]
 
 REQUIRED: Final = object()
@@ -103,6 +104,20 @@ def divides(divisor: str, dividend: str) -> Check:
             yield f"{dividend}={b} is not a multiple of {divisor}={a}"
 
     return rule
+
+
+def special_token_rules(values: dict[str, Any]) -> Iterable[str]:
+    """Rule: ``pad_token_id``, ``bos_token_id`` and every ``eos_token_id`` lie in the vocabulary
+    (an EOS the model can never sample, or a negative id, would be taken silently)."""
+    vocab = values["vocab_size"]
+    for field in ("pad_token_id", "bos_token_id"):
+        token = values.get(field)
+        if token is not None and not 0 <= token < vocab:
+            yield f"{field}={token} lies outside the vocabulary [0, {vocab}); set it or null it"
+    eos = values.get("eos_token_id")
+    eos_list = eos if isinstance(eos, list) else ([] if eos is None else [eos])
+    if not all(isinstance(e, int) and not isinstance(e, bool) and 0 <= e < vocab for e in eos_list):
+        yield f"eos_token_id: ids must lie in [0, vocab_size={vocab}), got {eos!r}"
 
 
 @dataclass(frozen=True)

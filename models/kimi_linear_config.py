@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from tokenstate.contracts import ConfigError
-from tokenstate.models.config import ConfigSchema, Field
+from tokenstate.models.config import ConfigSchema, Field, special_token_rules
 from tokenstate.models.layers import ACTIVATIONS
 
 __all__ = ["ARCHITECTURE", "KimiLinearConfig", "parse_kimi_linear_config"]
@@ -215,14 +215,7 @@ def _size_rules(values: dict[str, Any]) -> Iterable[str]:
         elif values["num_experts_per_tok"] > experts // groups * values["topk_group"]:
             yield (f"num_experts_per_tok={values['num_experts_per_tok']} exceeds the "
                    f"{experts // groups * values['topk_group']} experts in the topk_group kept groups")
-    for field in ("pad_token_id", "bos_token_id"):
-        token = values[field]
-        if token is not None and not 0 <= token < values["vocab_size"]:
-            yield f"{field}={token} lies outside the vocabulary [0, {values['vocab_size']}); set it or null it"
-    eos = values["eos_token_id"]
-    eos_list = eos if isinstance(eos, list) else ([] if eos is None else [eos])
-    if not all(isinstance(e, int) and not isinstance(e, bool) and 0 <= e < values["vocab_size"] for e in eos_list):
-        yield f"eos_token_id: ids must lie in [0, vocab_size={values['vocab_size']}), got {eos!r}"
+    yield from special_token_rules(values)
     estimate = _parameter_estimate(values)
     if estimate > _MAX_PARAMETERS:
         yield f"the config describes ~{estimate:.3g} parameters (> {_MAX_PARAMETERS:.0e}); check its sizes"

@@ -68,17 +68,29 @@ SCHEMA = ConfigSchema(
 
 
 def _rope_theta(values: dict[str, Any]) -> tuple[float, list[str]]:
-    """Base frequency from ``rope_parameters`` (or the legacy top-level fields); problems listed."""
-    params = dict(values["rope_parameters"] or values["rope_scaling"] or {})
-    rope_type = params.pop("rope_type", params.pop("type", "default"))
-    theta = params.pop("rope_theta", values["rope_theta"] if values["rope_theta"] is not None else 10000.0)
+    """Base frequency from ``rope_parameters`` (or the legacy top-level fields); problems listed.
+
+    Every field that says something about the rotary embedding is read: a scaling named by the
+    legacy ``rope_scaling`` next to ``rope_parameters``, or a top-level ``rope_theta`` that
+    disagrees with ``rope_parameters``' own, is a problem, never silently dropped."""
     problems = []
-    if rope_type != "default":
-        problems.append(f"rope_type {rope_type!r} is not supported (only 'default' rotary embeddings)")
+    for field_name in ("rope_parameters", "rope_scaling"):
+        given = values[field_name] or {}
+        kind = given.get("rope_type", given.get("type", "default"))
+        if kind != "default":
+            problems.append(f"{field_name} rope_type {kind!r} is not supported (only 'default' rotary embeddings)")
+    params = dict(values["rope_parameters"] or values["rope_scaling"] or {})
+    params.pop("rope_type", None)
+    params.pop("type", None)
+    top = values["rope_theta"]
+    theta = params.pop("rope_theta", top if top is not None else 10000.0)
+    if top is not None and theta != top:
+        problems.append(f"rope_theta={top!r} (top level) disagrees with rope_parameters' rope_theta={theta!r}; keep one")
     if params:
         problems.append(f"rope_parameters has unsupported keys {sorted(params)}")
     if isinstance(theta, bool) or not isinstance(theta, int | float) or not 1.0 <= theta <= 1e12:
         problems.append(f"rope_theta must be a number in [1, 1e12], got {theta!r}")
+        return 10000.0, problems  # never used: the problems refuse the config
     return float(theta), problems
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from tokenstate.contracts import ConfigError
-from tokenstate.models.config import ConfigSchema, Field, divides
+from tokenstate.models.config import ConfigSchema, Field, divides, special_token_rules
 
 __all__ = [
     "ARCHITECTURE",
@@ -180,6 +180,8 @@ def _rules(values: dict[str, Any]) -> Iterable[str]:
     eos = values["eos_token_id"]
     if isinstance(eos, list) and (not eos or not all(isinstance(e, int) for e in eos)):
         yield f"eos_token_id: a list must hold ints, got {eos!r}"
+    else:
+        yield from special_token_rules(values)
     estimate = parameter_estimate(values)
     if estimate > _MAX_PARAMETERS:
         yield f"the config describes ~{estimate:.3g} parameters (> {_MAX_PARAMETERS:.0e}); check its sizes"

@@ -45,10 +45,7 @@ def safetensors_files(path: str | Path) -> list[Path]:
     directory = Path(path)
     index = directory / _INDEX
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ConfigError(f"{index}: not a valid shard index ({exc!r}).") from exc
+        weight_map = _weight_map(index)
         files = [directory / name for name in sorted(set(weight_map.values()))]
         absent = [f.name for f in files if not f.is_file()]
         if absent:
@@ -67,13 +64,39 @@ def safetensors_files(path: str | Path) -> list[Path]:
     raise ConfigError(f"{directory}: no *.safetensors weights found next to config.json.")
 
 
-def _shapes_in(files: list[Path]) -> dict[str, tuple[tuple[int, ...], Path]]:
-    found: dict[str, tuple[tuple[int, ...], Path]] = {}
+def _weight_map(index: Path) -> dict[str, str]:
+    """The shard index's ``{tensor name: shard file name}``, or a ConfigError saying what is wrong."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{index}: not a valid shard index ({exc!r}).") from exc
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in weight_map.items()
+    ):
+        raise ConfigError(f"{index}: weight_map must map tensor names to shard file names, got {weight_map!r:.200}.")
+    return weight_map
+
+
+# safetensors dtype names of floating tensors (the only ones a float model's weights may come from)
+_FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"})
+
+
+def _tensors_in(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Path]]:
+    """``{name: (shape, safetensors dtype, file)}`` from the files' headers; a name in two files is refused."""
+    found: dict[str, tuple[tuple[int, ...], str, Path]] = {}
     for file in files:
         try:
             with safe_open(str(file), framework="pt") as handle:
                 for name in handle.keys():
-                    found[name] = (tuple(handle.get_slice(name).get_shape()), file)
+                    if name in found:
+                        raise ConfigError(
+                            f"{file.parent}: tensor {name} is in both {found[name][2].name} and {file.name}; "
+                            "a checkpoint holds each tensor once (remove the stray file)."
+                        )
+                    info = handle.get_slice(name)
+                    found[name] = (tuple(info.get_shape()), str(info.get_dtype()), file)
+        except ConfigError:
+            raise
         except Exception as exc:  # safetensors raises its own error types for corrupt headers
             raise ConfigError(f"{file}: not a readable safetensors file ({exc}).") from exc
     return found
@@ -93,8 +116,15 @@ def load_state(
         model: name used in messages.
     """
     aliases = dict(aliases or {})
-    expected = {name: tuple(t.shape) for name, t in module.state_dict().items()}
-    found = _shapes_in(safetensors_files(path))
+    state = module.state_dict()
+    expected = {name: tuple(t.shape) for name, t in state.items()}
+    files = safetensors_files(path)
+    found = _tensors_in(files)
+    index = Path(path) / _INDEX
+    if index.is_file():
+        ghosts = sorted(set(_weight_map(index)) - set(found))
+        if ghosts:
+            raise ConfigError(f"{index} names tensors its shards do not hold: {', '.join(ghosts[:8])}.")
     missing = sorted(n for n in expected if n not in found and n not in aliases)
     unexpected = sorted(n for n in found if n not in expected)
     misshaped = sorted(
@@ -102,19 +132,27 @@ def load_state(
         for n in expected
         if n in found and found[n][0] != expected[n]
     )
-    if missing or unexpected or misshaped:
+    # A float weight read from integers or booleans would be cast silently: refused instead.
+    mistyped = sorted(
+        f"{n} (checkpoint {found[n][1]}, model {str(state[n].dtype).removeprefix('torch.')})"
+        for n in expected
+        if n in found and state[n].is_floating_point() and found[n][1] not in _FLOAT_DTYPES
+    )
+    if missing or unexpected or misshaped or mistyped:
         parts = [
             f"{label} ({len(names)}): {', '.join(names)}"
-            for label, names in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped))
+            for label, names in (
+                ("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped), ("mis-typed", mistyped)
+            )
             if names
         ]
         raise ConfigError(
             f"{path}: checkpoint does not match {model}: " + "; ".join(parts)
             + ". Check that config.json describes these weights (sizes, layer count, tie_word_embeddings)."
         )
-    params = module.state_dict()
+    params = state
     by_file: dict[Path, list[str]] = {}
-    for name, (_, file) in found.items():
+    for name, (_, _, file) in found.items():
         by_file.setdefault(file, []).append(name)
     tied_copies: dict[str, torch.Tensor] = {}
     with torch.no_grad():

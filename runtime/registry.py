@@ -254,9 +254,9 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
     if not config_file.is_file():
         raise ConfigError(f"{directory}: no config.json; expected an HF-format model directory.")
     try:
-        config = json.loads(config_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{config_file}: not valid JSON ({exc}).") from exc
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{config_file}: not valid UTF-8 JSON ({exc}).") from exc
     if not isinstance(config, dict):
         raise ConfigError(f"{config_file}: must hold a JSON object, got {type(config).__name__}.")
     return config

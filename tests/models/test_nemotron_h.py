@@ -205,6 +205,10 @@ def test_hf_weights_round_trip(tmp_path):
         ({"time_step_limit": [0.5, 0.1]}, "time_step_limit"),
         ({"num_atention_heads": 4}, "unknown field"),
         ({"mamba_n_groups": 4, "n_groups": 2}, "mamba_n_groups"),
+        ({"eos_token_id": 1_000_000}, r"eos_token_id: ids must lie in \[0, vocab_size="),
+        ({"eos_token_id": -1}, r"eos_token_id: ids must lie in"),
+        ({"bos_token_id": -1}, r"bos_token_id=-1 lies outside the vocabulary"),
+        ({"pad_token_id": 1_000_000}, r"pad_token_id=1000000 lies outside the vocabulary"),
     ],
 )
 def test_bad_configs_are_refused_before_allocation(change, message):

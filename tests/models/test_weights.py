@@ -95,7 +95,7 @@ def test_missing_config_and_weights_are_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"no \*\.safetensors"):
         llama.load(tmp_path, device="cpu")
     (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(ConfigError, match="not valid JSON"):
+    with pytest.raises(ConfigError, match="not valid UTF-8 JSON"):
         llama.load(tmp_path, device="cpu")
 
 
@@ -112,6 +112,17 @@ BAD_CONFIGS = {
     "wrong type": ({"hidden_size": "32"}, "hidden_size: expected int, got str"),
     "bool as size": ({"num_hidden_layers": True}, "num_hidden_layers: expected int, got bool"),
     "unsupported rope": ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope_type 'yarn' is not supported"),
+    "rope theta not a number": ({"rope_parameters": {"rope_type": "default", "rope_theta": "abc"}}, "rope_theta must be a number"),
+    "rope theta null": ({"rope_parameters": {"rope_type": "default", "rope_theta": None}}, "rope_theta must be a number"),
+    "legacy scaling beside rope_parameters": (
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+         "rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+        "rope_scaling rope_type 'llama3' is not supported",
+    ),
+    "top-level theta disagrees": (
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}, "rope_theta": 500000.0},
+        "rope_theta=500000.0 (top level) disagrees with rope_parameters' rope_theta=10000.0",
+    ),
     "unknown activation": ({"hidden_act": "swish42"}, "hidden_act 'swish42' is not supported"),
     "eos outside vocab": ({"eos_token_id": [2, 500]}, "eos [500]"),
     "wrong architecture": ({"architectures": ["MistralForCausalLM"]}, "serves LlamaForCausalLM"),
@@ -158,3 +169,45 @@ def test_half_precision_checkpoint_loads_exactly_into_float32(tmp_path):
     assert got.dtype == torch.float32 and torch.equal(got, want.float())
     llama.save(ours, tmp_path / "ours")
     assert json.loads((tmp_path / "ours" / "config.json").read_text())["dtype"] == "float32"
+
+
+def test_integer_and_bool_tensors_are_refused_not_cast(tmp_path):
+    llama.save(llama.build(SMALL, seed=0), tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    tensors["model.norm.weight"] = torch.ones(32, dtype=torch.int64)
+    tensors["model.layers.0.mlp.up_proj.weight"] = torch.zeros(64, 32, dtype=torch.bool)
+    save_file(tensors, tmp_path / "model.safetensors")
+    with pytest.raises(ConfigError, match=r"mis-typed \(2\): model.layers.0.mlp.up_proj.weight \(checkpoint BOOL, model float32\), model.norm.weight \(checkpoint I64"):
+        llama.load(tmp_path, device="cpu")
+
+
+def test_a_tensor_in_two_files_is_refused(tmp_path):
+    llama.save(llama.build(SMALL, seed=0), tmp_path)
+    save_file({"model.norm.weight": torch.full((32,), 7.0)}, tmp_path / "zz-extra.safetensors")
+    with pytest.raises(ConfigError, match=r"model.norm.weight is in both model.safetensors and zz-extra.safetensors"):
+        llama.load(tmp_path, device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("weight_map", "message"),
+    [
+        (["model.safetensors"], "weight_map must map tensor names to shard file names"),
+        ({"model.norm.weight": 3}, "weight_map must map tensor names to shard file names"),
+        ({"model.norm.weight": "model.safetensors", "model.ghost.weight": "model.safetensors"},
+         r"names tensors its shards do not hold: model.ghost.weight"),
+    ],
+)
+def test_a_bad_shard_index_is_refused(tmp_path, weight_map, message):
+    llama.save(llama.build(SMALL, seed=0), tmp_path)
+    if isinstance(weight_map, dict) and "model.ghost.weight" in weight_map:
+        weight_map = {name: "model.safetensors" for name in load_file(tmp_path / "model.safetensors")} | weight_map
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ConfigError, match=message):
+        llama.load(tmp_path, device="cpu")
+
+
+def test_a_config_that_is_not_utf8_is_refused(tmp_path):
+    llama.save(llama.build(SMALL, seed=0), tmp_path)
+    (tmp_path / "config.json").write_bytes(b"\xff\xfe{\x00}")
+    with pytest.raises(ConfigError, match=r"config.json: not valid UTF-8 JSON"):
+        llama.load(tmp_path, device="cpu")

@@ -134,7 +134,7 @@ def test_architecture_of_hf_directory(tmp_path):
     with pytest.raises(ConfigError, match=r"no config\.json"):
         registry.architecture_of(tmp_path)
     (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(ConfigError, match="not valid JSON"):
+    with pytest.raises(ConfigError, match="not valid UTF-8 JSON"):
         registry.architecture_of(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(ConfigError, match="needs an 'architectures' list"):
