@@ -29,6 +29,7 @@ from tokenstate.runtime.params import SamplingParams
 from tokenstate.runtime.progress import notify_step
 from tokenstate.runtime.registry import ModelFactory, ServableModel
 from tokenstate.runtime.scheduler import SCHEDULING_ORDERS, Request, SchedulingOrder
+from tokenstate.runtime.slot_memory import model_allocation
 from tokenstate.runtime.spec_decode import SpeculativeConfig
 from tokenstate.runtime.stream import Chaos, chaos_from_env, choose_cpu_stream
 
@@ -166,6 +167,13 @@ def _first_preset(factory: ModelFactory) -> str:
 
 
 def _load_model(
+    model: ModelFactory | str | os.PathLike[str], device: torch.device
+) -> tuple[ModelFactory, Any]:
+    with model_allocation(repr(os.fspath(model)) if isinstance(model, str | os.PathLike) else f"model {model!r:.80}"):
+        return _build_or_load(model, device)
+
+
+def _build_or_load(
     model: ModelFactory | str | os.PathLike[str], device: torch.device
 ) -> tuple[ModelFactory, Any]:
     if isinstance(model, ModelFactory):
@@ -319,6 +327,7 @@ class LLM:
         """Step counters over the engine's lifetime (see `EngineStats`)."""
         self._lock = threading.Lock()
         self._closed = False
+        self._owner_pid = os.getpid()  # a process forked from this one must create its own LLM
         self._num_requests = 0
         self._next_request_id = 0
         engine_chaos = chaos_from_env() if chaos is None else Chaos(chaos)
@@ -454,6 +463,13 @@ class LLM:
         return not self._closed and self._has_unfinished()
 
     def _require_open(self, method: str) -> None:
+        if self._owner_pid != os.getpid():
+            raise ConfigError(
+                f"LLM.{method}: this LLM was created in process {self._owner_pid}, and this process was "
+                "forked from it: its device state (the stream's worker or device process, torch's "
+                "intra-op thread pool, on which a first forward can hang) stays with the parent. "
+                "Create the LLM in the process that uses it."
+            )
         if self._closed:
             raise ConfigError(
                 f"LLM.{method}: this LLM was closed (its stream and device process are stopped); "

@@ -27,7 +27,7 @@ import torch
 from tokenstate.contracts import ConfigError
 from tokenstate.runtime.prefault import lazy_page_bytes
 
-__all__ = ["available_memory_bytes", "check_slot_state_fits", "slot_state_allocation"]
+__all__ = ["available_memory_bytes", "check_slot_state_fits", "model_allocation", "slot_state_allocation"]
 
 _GIB = 1 << 30
 # torch's CPU allocator reports a failed allocation as a plain RuntimeError; these name it.
@@ -55,20 +55,39 @@ def _advice(max_num_seqs: int, max_model_len: int) -> str:
     )
 
 
+def _failed_allocation(exc: BaseException) -> bool:
+    return isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or (
+        isinstance(exc, RuntimeError) and any(failure in str(exc) for failure in _CPU_ALLOCATOR_FAILURES)
+    )
+
+
 @contextlib.contextmanager
 def slot_state_allocation(max_num_seqs: int, max_model_len: int) -> Iterator[None]:
     """Around the slot state's allocation: a failed allocation becomes a :class:`ConfigError`."""
     try:
         yield
     except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
-        failed_allocation = isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or any(
-            failure in str(exc) for failure in _CPU_ALLOCATOR_FAILURES
-        )
-        if not failed_allocation:
+        if not _failed_allocation(exc):
             raise
         raise ConfigError(
             f"LLM: the slot state for max_num_seqs={max_num_seqs} does not fit in memory ({exc}); "
             f"{_advice(max_num_seqs, max_model_len)}."
+        ) from exc
+
+
+@contextlib.contextmanager
+def model_allocation(source: str) -> Iterator[None]:
+    """Around building or loading a model: its weights failing to allocate (a config whose sizes
+    are far beyond its checkpoint's, say) become a :class:`ConfigError` naming ``source``."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        if not _failed_allocation(exc):
+            raise
+        raise ConfigError(
+            f"LLM: the weights {source} describes do not fit in memory ({exc}); check the sizes in "
+            "its config (hidden_size, intermediate_size, vocab_size, num_hidden_layers) against "
+            "the model you mean to serve."
         ) from exc
 
 

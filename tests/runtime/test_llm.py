@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -335,3 +336,26 @@ def test_close_stops_the_stream_and_refuses_further_work(cpu_stream):
         with pytest.raises(ConfigError, match="closed"):
             call()
     llm.close()  # idempotent
+
+
+def test_an_llm_inherited_by_a_forked_process_is_refused_there():
+    """On every CPU stream, inline included: a forked child's copy of torch's intra-op thread pool
+    can hang its first forward, so the child is told to create its own LLM, while the parent's
+    LLM keeps serving."""
+    llm = LLM(toy_factory(), max_num_seqs=2)
+    params = SamplingParams(max_tokens=3)
+    expected = llm.generate([[5, 6]], params)[0].token_ids
+    pid = os.fork()
+    if pid == 0:  # the child: report through its exit status, never return into pytest
+        code = 1
+        try:
+            try:
+                llm.generate([[5, 6]], params)
+                code = 2
+            except ConfigError as refused:
+                code = 0 if "forked" in str(refused) and "Create the LLM in the process that uses it" in str(refused) else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert llm.generate([[5, 6]], params)[0].token_ids == expected

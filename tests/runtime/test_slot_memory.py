@@ -66,3 +66,27 @@ def test_kv_caches_beyond_the_available_memory_are_refused_before_any_page_is_ba
 def test_the_available_memory_is_read_from_the_kernel_where_it_says() -> None:
     available = available_memory_bytes()
     assert available is None or available > 0
+
+
+
+def test_weights_that_fail_to_allocate_are_a_config_error_naming_the_model(monkeypatch) -> None:
+    """A config whose sizes are far beyond its checkpoint's allocates the whole model before the
+    shapes are compared: a failed allocation there says which model and what to check."""
+    import tokenstate.runtime.llm as llm_module
+
+    def failing_build(model, device):  # what torch's CPU allocator raises for memory it cannot map
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:118] data. DefaultCPUAllocator: not enough memory: you "
+            "tried to allocate 8589934592 bytes."
+        )
+
+    monkeypatch.setattr(llm_module, "_build_or_load", failing_build)
+    with pytest.raises(ConfigError, match=r"the weights '/models/typo' describes do not fit in memory .* check the sizes"):
+        LLM("/models/typo")
+
+    def other_error(model, device):
+        raise RuntimeError("some kernel failed")
+
+    monkeypatch.setattr(llm_module, "_build_or_load", other_error)
+    with pytest.raises(RuntimeError, match="some kernel failed"):  # not an allocation: untouched
+        LLM("tiny-llama")
