@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         module = importlib.import_module(command.module)
         sub_parser = sub.add_parser(command.name, help=command.help, description=command.description)
+        # Also after the command (`tokenstate gate --debug ...`), where the error hint's reader puts
+        # it; SUPPRESS keeps the subcommand from resetting a `tokenstate --debug gate` to False.
+        sub_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show the full traceback of an error")
         if command.add_arguments is not None:
             getattr(module, command.add_arguments)(sub_parser)
         sub_parser.set_defaults(handler=getattr(module, command.handler))

@@ -139,9 +139,21 @@ class GateReport:
 
 
 def builtin_prompts(vocab_size: int, max_model_len: int, config: GateConfig) -> list[list[int]]:
-    """The deterministic request set: mixed lengths that force chunked prefill and mixed steps."""
+    """The deterministic request set: mixed lengths that force chunked prefill and mixed steps.
+
+    Prompts leave each request room for ``max_tokens`` in the context; a ``max_tokens`` that leaves
+    no prompt longer than a step's budget (so nothing is prefilled in chunks) is refused, never
+    met by shrinking the prompts until the gate tests less than it says."""
+    longest = max_model_len - config.max_tokens - 1
+    if longest <= config.max_num_batched_tokens:
+        raise ConfigError(
+            f"gate: max_tokens={config.max_tokens} leaves prompts of at most {max(longest, 0)} tokens in "
+            f"the model's context of {max_model_len}, no longer than the step budget "
+            f"max_num_batched_tokens={config.max_num_batched_tokens}, so the built-in requests would "
+            "never be prefilled in chunks; lower max_tokens to at most "
+            f"{max_model_len - config.max_num_batched_tokens - 2} (or pass your own prompts)."
+        )
     rng = random.Random(config.seed)
-    longest = max(1, max_model_len - config.max_tokens - 1)
     lengths = [min(_LENGTHS[i % len(_LENGTHS)], longest) for i in range(config.num_requests)]
     return [[rng.randrange(vocab_size) for _ in range(n)] for n in lengths]
 

@@ -17,6 +17,7 @@ hook (if asked for) is in place.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -211,5 +212,21 @@ def pytest_configure(config: pytest.Config) -> None:
         if ledger_option
         else config.rootpath / ".tokenstate" / "ledger.json"
     )
+    if ledger_option:
+        _require_writable(ledger_path)
     spec_dirs = [Path(p) for p in config.getini("tokenstate_specs")]
     config.pluginmanager.register(LedgerPlugin(config, spec_dirs, ledger_path), "tokenstate-ledger")
+
+
+def _require_writable(path: Path) -> None:
+    """Refuse, before any test runs, a ledger path the run could not write at its end."""
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    problem = None
+    if path.is_dir():
+        problem = "it is a directory; name a file (e.g. build/ledger.json)"
+    elif existing != path and not existing.is_dir():
+        problem = f"{existing} is a file, not a directory"
+    elif not os.access(existing if existing != path else path.parent, os.W_OK):
+        problem = f"{existing if existing != path else path.parent} is not writable"
+    if problem:
+        raise pytest.UsageError(f"{LEDGER_OPTION} {path}: the ledger cannot be written there: {problem}.")

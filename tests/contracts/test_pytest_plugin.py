@@ -318,3 +318,14 @@ def test_xdist_workers_results_merge_into_one_ledger(pytester):
         "D-3": ("passed", True),
     }
     assert ledger(pytester)["specs"][0]["cross_check"] == "passed"
+
+
+@pytest.mark.parametrize("where", ["a_file/ledger.json", "a_dir"])
+def test_a_ledger_path_that_cannot_be_written_is_refused_before_the_tests(pytester, where):
+    pytester.makefile(".txt", a_file="not a folder")
+    (pytester.path / "a_file.txt").rename(pytester.path / "a_file")
+    (pytester.path / "a_dir").mkdir()
+    pytester.makepyfile("def test_one():\n    pass\n")
+    result = pytester.runpytest_inprocess(f"--tokenstate-ledger={where}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--tokenstate-ledger *: the ledger cannot be written there*"])

@@ -222,3 +222,16 @@ def test_gate_progress_advances_in_tokens_within_one_model():
         run_gate("tiny-llama", config)
     assert sum(seen) == 2 * config.num_requests * config.max_tokens  # both paths, every token
     assert len([n for n in seen if n]) >= 2 * config.num_requests // 2  # many updates, not one per model
+
+
+@pytest.mark.parametrize("argv", [["--debug", "gate", "--model", "NoSuchLM"], ["gate", "--model", "NoSuchLM", "--debug"]])
+def test_debug_shows_the_traceback_before_or_after_the_command(capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "unknown architecture or model 'NoSuchLM'" in err
+
+
+def test_without_debug_there_is_no_traceback(capsys):
+    assert main(["gate", "--model", "NoSuchLM"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "hint: run with --debug" in err

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from tokenstate.contracts import ContractViolation, TokenStateError
+from tokenstate.contracts import ConfigError, ContractViolation, TokenStateError
 from tokenstate.models.toy import toy_factory
 from tokenstate.runtime import LLM, SamplingParams
 from tokenstate.runtime.request import Request
@@ -78,3 +78,9 @@ def test_the_watchdog_counts_only_steps_without_progress():
     assert default_stall_limit(128, 4) == 96
     with pytest.raises(TokenStateError, match="positive int"):
         ProgressWatchdog(0)
+
+
+def test_max_tokens_that_leave_no_room_for_chunked_prompts_are_refused():
+    with pytest.raises(ConfigError, match=r"max_tokens=100 leaves prompts of at most 27 tokens .* lower max_tokens to at most 94"):
+        run_gate(toy_factory(), GateConfig(oracle=False, quick=True, max_tokens=100))
+    assert run_gate(toy_factory(), GateConfig(oracle=False, quick=True, max_tokens=94, num_requests=2)).passed
