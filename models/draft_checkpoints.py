@@ -81,7 +81,11 @@ NO_DRAFTS: Final = DraftPlan(None, None, ())
 
 
 class DraftTracker:
-    """Host bookkeeping: which slots hold checkpoints that their next row must resolve."""
+    """Host bookkeeping: which slots hold checkpoints that their next row must resolve.
+
+    Only the host's planning (:meth:`plan_part`, in step order) reads and writes it — never a task
+    on the stream, which may run behind the host. A slot's new owner needs no reset: its first row
+    starts at position 0, which voids the previous owner's pending checkpoint."""
 
     def __init__(self) -> None:
         self._pending: dict[int, tuple[int, int]] = {}  # slot -> (draft row's num_computed, query_len)
@@ -130,10 +134,6 @@ class DraftTracker:
             part = self.plan_part(inp.layout)
             found = part.meta, upload_part(part.arrays, inp.device)
         return bind_draft_plan(*found)
-
-    def reset(self, slot: int) -> None:
-        """The slot gets a new owner: its checkpoints are void."""
-        self._pending.pop(slot, None)
 
     def clear(self) -> None:
         self._pending.clear()

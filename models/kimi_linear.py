@@ -178,7 +178,9 @@ class KimiLinear(nn.Module):
             raise ConfigError(f"reset_slot: slot {slot} is outside the {self.num_slots} allocated slots.")
         for layer in self.model.layers:
             layer.self_attn.reset_slot(slot)
-        self._drafts.reset(slot)
+        # Not the draft tracker: it is the host's planning state, and the runner resets slots in
+        # stream order, possibly after the host planned the slot's next rows. A new owner's first
+        # row (num_computed == 0) voids the slot's pending checkpoint there (DraftTracker.plan_part).
 
     def plan_indices(self, layout: BatchLayout) -> IndexPlan:
         """On the host, before the step is launched: the MLA's and the KDA layers' index arrays."""

@@ -109,7 +109,9 @@ class NemotronHBackbone(nn.Module):
             )
         for layer in self.layers:
             layer.reset_slot(slot)
-        self._drafts.reset(slot)
+        # Not the draft tracker: it is the host's planning state, and the runner resets slots in
+        # stream order, possibly after the host planned the slot's next rows. A new owner's first
+        # row (num_computed == 0) voids the slot's pending checkpoint there (DraftTracker.plan_part).
 
 
 class NemotronHForCausalLM(nn.Module):

@@ -20,9 +20,10 @@ and prints a table: mutant → caught by tests / caught by verify --quick / caug
 A mutant must model its bug in the code as it is now: ``tests/tools/test_mutant_matrix.py`` runs
 each one and refuses an error raised by the mutant's own code (a wrapper whose signature rotted
 crashes the engine, and a crash would count as a catch). An equivalent mutant is dropped, not kept
-as a miss: ``draft-checkpoint-survives-reset`` (``DraftTracker.reset`` a no-op) changes nothing in
-the runtime, whose tracker ignores a slot's pending checkpoint at its new owner's first row (every
-admission prefills from position 0).
+as a miss: ``draft-checkpoint-survives-reset`` (a slot reset that left the draft tracker alone)
+changed nothing, since the tracker ignores a slot's pending checkpoint at its new owner's first row
+(every admission prefills from position 0) — and the reset no longer touches the tracker at all: it
+runs on the stream, behind the host's planning (spec item ASY-21).
 
 The spec step of ``verify`` re-runs the spec tests, which (a) already covers; (b) is the rest of the
 main job: the routing checker reads source files, so a runtime monkeypatch is invisible to it, and

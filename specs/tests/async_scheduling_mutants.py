@@ -399,3 +399,23 @@ def slot_held_until_last_token_resolves(patch: MutantPatch) -> None:
     from tokenstate.runtime.scheduler import Scheduler
 
     patch.setattr(Scheduler, "_release_finishing", lambda self: None)
+
+
+@mutant(
+    "ASY-21/stream-resets-host-draft-tracker",
+    doc="The recurrent models' reset_slot — run on the stream, behind the host — also drops the "
+    "slot's pending checkpoint from the host's draft tracker: where the stream runs late it drops "
+    "the new owner's own checkpoint, recorded since, and the next row never rolls rejected drafts back.",
+)
+def stream_resets_host_draft_tracker(patch: MutantPatch) -> None:
+    from tokenstate.models.kimi_linear import KimiLinear
+    from tokenstate.models.nemotron_h import NemotronHBackbone
+
+    for owner in (NemotronHBackbone, KimiLinear):
+        reset = owner.reset_slot
+
+        def reset_with_tracker(self, slot, _reset=reset):  # type: ignore[no-untyped-def]
+            _reset(self, slot)
+            self._drafts._pending.pop(slot, None)
+
+        patch.setattr(owner, "reset_slot", reset_with_tracker)

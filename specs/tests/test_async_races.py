@@ -29,6 +29,7 @@ from .async_scheduling_mutants import (
     record_into_lost_slot,
     recurrent_drafts_not_rolled_back,
     rollback_after_preemption,
+    stream_resets_host_draft_tracker,
 )
 from .test_async_scheduling import PROMPTS, both_paths
 
@@ -135,6 +136,30 @@ def test_speculative_decoding_on_recurrent_models_matches_plain_greedy(preset):
         outputs = [o.token_ids for o in llm.generate(prompts, params)]
         assert llm.stats.drafts_accepted > 0 and llm.stats.drafts_rejected > 0
         assert outputs == plain, async_scheduling
+
+
+@pytest.mark.paid("ASY-21", before=stream_resets_host_draft_tracker)
+@pytest.mark.parametrize("preset", ["tiny-nemotron-h", "tiny-kimi-linear"])
+def test_draft_checkpoints_survive_a_stream_that_runs_behind_the_host(preset):
+    """On the threaded stream under chaos the worker runs a step's slot resets after the host has
+    planned the next steps' draft rows: the host's checkpoint bookkeeping must never be touched
+    from the stream, or a drafted row's rollback is lost and the recurrent state keeps rejected
+    drafts (fluent wrong tokens from the third output token on)."""
+    from tokenstate.runtime import resolve
+
+    factory = resolve(preset)
+    model = factory.build_preset(preset)
+    shared = dataclasses.replace(factory, build=lambda config, *, device, seed: model)
+    prompts = [[t] * 12 for t in (5, 17, 33, 60, 91, 120)] + [[7, 8, 9, 10, 11], [40, 41] * 6]
+    params = SamplingParams(max_tokens=16, ignore_eos=True)
+    plain = [o.token_ids for o in LLM(shared, async_scheduling=False).generate(prompts, params)]
+    spec = {"method": "ngram", "num_tokens": 2}
+    for seed in (1, 4):
+        llm = LLM(shared, speculative=spec, max_num_seqs=8, cpu_stream="thread", chaos=seed)
+        outputs = [o.token_ids for o in llm.generate(prompts, params)]
+        llm.close()
+        assert llm.stats.drafts_rejected > 0
+        assert outputs == plain, seed
 
 
 @pytest.mark.paid("ASY-14", before=drop_token_of_preempted)
