@@ -162,6 +162,16 @@ def test_draft_checkpoints_survive_a_stream_that_runs_behind_the_host(preset):
         assert outputs == plain, seed
 
 
+@pytest.mark.owed("ASY-22")
+def test_the_gate_catches_a_slot_reset_that_drops_a_draft_rollback():
+    from tokenstate.tools.gate import GateConfig, run_gate
+
+    with stream_resets_host_draft_tracker.applied():
+        report = run_gate("tiny-kimi-linear", GateConfig(oracle=False))
+    drafts = next(c for c in report.cells if c.name == "n-gram drafts")
+    assert not drafts.passed, "the gate's n-gram drafts cell passed under ASY-21's mutant"
+
+
 @pytest.mark.paid("ASY-14", before=drop_token_of_preempted)
 def test_the_audit_catches_a_dropped_token_of_a_preempted_request():
     # Greedy requests under a KV budget of about one request: preempted with tokens in flight and
