@@ -487,7 +487,7 @@ class LLM:
         from the step in which it finishes.
         """
         self._require_open("add_request")
-        checked = self._validate_prompt(0, prompt)
+        checked = self._validate_prompt(self._next_request_id, prompt)  # named by its request id
         request_id = self._next_request_id
         params = self._validate_params(request_id, SamplingParams() if params is None else params, checked)
         self._next_request_id += 1

@@ -160,8 +160,10 @@ def test_the_cpu_stream_choice_option_env_and_chaos(monkeypatch):
     with pytest.raises(ConfigError, match="chaos needs the threaded CPU stream"):
         choose_cpu_stream(None, Chaos(2))
     monkeypatch.setenv(CPU_STREAM_ENV, "gpu")
-    with pytest.raises(ConfigError, match=r"TOKENSTATE_CPU_STREAM='gpu' is not a CPU stream"):
+    with pytest.raises(ConfigError, match=r"TOKENSTATE_CPU_STREAM='gpu' is not a CPU stream; valid values: inline, thread, process"):
         choose_cpu_stream(None, None)
+    monkeypatch.setenv(CPU_STREAM_ENV, " Thread ")  # read like every string setting
+    assert choose_cpu_stream(None, None) == "thread"
     with pytest.raises(ConfigError, match="cpu_stream must be one of"):
         choose_cpu_stream("fast", None)
 
