@@ -37,6 +37,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
+import itertools
 import os
 import queue
 import random
@@ -310,6 +311,9 @@ def _handle(item: _Task | _CpuEvent | None, faults: _Faults, chaos: Chaos | None
 # Live workers, stopped and joined at exit: a daemon thread torn down by interpreter shutdown
 # while it still holds torch's thread-local state aborts the process.
 _workers: dict[int, tuple[threading.Thread, queue.SimpleQueue[Any]]] = {}
+# A stream's key in _workers, never reused: a worker's id() is, once its thread object is freed,
+# and a collected stream's finalizer then stopped the next stream's worker under the same key.
+_worker_keys = itertools.count()
 
 
 def _stop(key: int) -> None:
@@ -345,7 +349,7 @@ class CpuStream(_InProcessBuffers):
             daemon=True,
         )  # fmt: skip
         worker.start()
-        self._key = id(worker)
+        self._key = next(_worker_keys)
         self._owner = os.getpid()  # a process forked from this one inherits the stream, not the worker
         _workers[self._key] = (worker, self._tasks)
         weakref.finalize(self, _stop, self._key)  # stop the worker with its stream

@@ -224,3 +224,24 @@ def test_a_forked_child_is_refused_the_worker_it_does_not_have() -> None:
     stream.submit(lambda: None)
     stream.synchronize()  # the host's worker still serves the host
     stream.close()
+
+
+
+def test_a_closed_streams_finalizer_never_stops_a_later_streams_worker():
+    """Closing one engine and starting the next, then collecting the first: its finalizer must stop
+    its own worker only. Keyed by the worker thread's id(), a new worker born at the freed address
+    of an old one shared its key, and the old stream's finalizer stopped it ("CPU stream: closed"
+    in a fresh LLM, seen in CI). Keys are never reused."""
+    import gc
+
+    keys, held = [], []
+    for _ in range(30):
+        stream = CpuStream()
+        keys.append(stream._key)
+        stream.close()
+        held.append(stream)
+        if len(held) > 1:
+            held.pop(0)  # the earlier stream's finalizer runs while a later one is alive
+            gc.collect()
+        assert stream._key not in keys[:-1]
+    assert len(set(keys)) == len(keys)
