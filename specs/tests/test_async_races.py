@@ -118,18 +118,25 @@ def test_a_livelocked_engine_raises_naming_its_requests(monkeypatch):
     assert caught.value.request_ids == (0,) and caught.value.steps == limit
 
 
-@pytest.mark.paid("ASY-13", before=recurrent_drafts_not_rolled_back)
-@pytest.mark.parametrize("preset", ["tiny-nemotron-h", "tiny-kimi-linear"])
-def test_speculative_decoding_on_recurrent_models_matches_plain_greedy(preset):
+def _looping_prompts_on_one_model(preset: str, repeat: int, max_tokens: int):
+    """(a factory whose every engine shares one built ``preset`` model, prompts, params, the plain
+    greedy outputs): repeated tokens make tiny random models loop, so n-gram drafts get accepted
+    as well as rejected."""
     from tokenstate.runtime import resolve
 
     factory = resolve(preset)
     model = factory.build_preset(preset)
     shared = dataclasses.replace(factory, build=lambda config, *, device, seed: model)
-    # Repeated tokens make tiny random models loop, so drafts get accepted as well as rejected.
-    prompts = [[t] * 24 for t in (5, 17, 33, 60, 91, 120)] + [[7, 8, 9, 10, 11], [40, 41] * 6]
-    params = SamplingParams(max_tokens=32, ignore_eos=True)
+    prompts = [[t] * repeat for t in (5, 17, 33, 60, 91, 120)] + [[7, 8, 9, 10, 11], [40, 41] * 6]
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     plain = [o.token_ids for o in LLM(shared, async_scheduling=False).generate(prompts, params)]
+    return shared, prompts, params, plain
+
+
+@pytest.mark.paid("ASY-13", before=recurrent_drafts_not_rolled_back)
+@pytest.mark.parametrize("preset", ["tiny-nemotron-h", "tiny-kimi-linear"])
+def test_speculative_decoding_on_recurrent_models_matches_plain_greedy(preset):
+    shared, prompts, params, plain = _looping_prompts_on_one_model(preset, repeat=24, max_tokens=32)
     spec = {"method": "ngram", "num_tokens": 3}
     for async_scheduling in (False, True):
         llm = LLM(shared, async_scheduling=async_scheduling, speculative=spec, max_num_seqs=4)
@@ -145,14 +152,7 @@ def test_draft_checkpoints_survive_a_stream_that_runs_behind_the_host(preset):
     planned the next steps' draft rows: the host's checkpoint bookkeeping must never be touched
     from the stream, or a drafted row's rollback is lost and the recurrent state keeps rejected
     drafts (fluent wrong tokens from the third output token on)."""
-    from tokenstate.runtime import resolve
-
-    factory = resolve(preset)
-    model = factory.build_preset(preset)
-    shared = dataclasses.replace(factory, build=lambda config, *, device, seed: model)
-    prompts = [[t] * 12 for t in (5, 17, 33, 60, 91, 120)] + [[7, 8, 9, 10, 11], [40, 41] * 6]
-    params = SamplingParams(max_tokens=16, ignore_eos=True)
-    plain = [o.token_ids for o in LLM(shared, async_scheduling=False).generate(prompts, params)]
+    shared, prompts, params, plain = _looping_prompts_on_one_model(preset, repeat=12, max_tokens=16)
     spec = {"method": "ngram", "num_tokens": 2}
     for seed in (1, 4):
         llm = LLM(shared, speculative=spec, max_num_seqs=8, cpu_stream="thread", chaos=seed)
