@@ -4,9 +4,9 @@
 factories it registers join the registry) and restrict the command to the models whose forward is
 defined in ``PKG`` or that importing ``PKG`` registered (a package may serve a library forward,
 e.g. the reference Llama's, under its own architecture). A package that fails to import is a usage
-error (exit 2) naming what it raised, never a traceback or a finding. The current directory is importable, as it is for ``python -m``: a console
-script does not put it on ``sys.path``, so ``tokenstate check --module myengine`` run next to
-``myengine/`` would otherwise not find it.
+error (exit 2) naming what it raised, never a traceback or a finding. The current directory is
+importable, as it is for ``python -m``: a console script does not put it on ``sys.path``, so
+``tokenstate check --module myengine`` run next to ``myengine/`` would otherwise not find it.
 """
 
 from __future__ import annotations

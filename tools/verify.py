@@ -97,7 +97,7 @@ def run_spec_tests(root: Path) -> SpecSummary:
     with tempfile.TemporaryDirectory(prefix="tokenstate-verify-") as tmp:
         ledger_file = Path(tmp) / "ledger.json"
         cmd = [sys.executable, "-m", "pytest", "specs", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-               "--tokenstate-ledger", str(ledger_file)]
+               f"--tokenstate-ledger={ledger_file}"]  # the = form: pytest finds its rootdir before plugin options
         proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=dict(os.environ))
         if not ledger_file.is_file():  # the run broke before its first result: a failure, not a skip
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
