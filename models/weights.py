@@ -2,9 +2,10 @@
 
 Generic over models: a model family supplies its module (whose parameter names are HF's) and the
 names that are aliases of another tensor (a tied LM head); this module reads the config, finds the
-safetensors files (single or sharded), checks every tensor name and shape against the module *from
-the file headers*, and reports every missing, unexpected and mis-shaped tensor in one
-:class:`~tokenstate.contracts.ConfigError` before copying anything.
+safetensors files (single or sharded), checks every tensor name, shape and dtype against the module
+*from the file headers*, and reports every missing, unexpected, mis-shaped and mis-typed (integer or
+boolean for a float weight) tensor in one :class:`~tokenstate.contracts.ConfigError` before copying
+anything. A tensor in two files, or a shard index that names tensors no shard holds, is refused.
 """
 
 from __future__ import annotations
