@@ -17,7 +17,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from tokenstate.contracts import ConfigError, ForwardInput, entry_point
-from tokenstate.models.config import REQUIRED, ConfigSchema, Field, divides
+from tokenstate.models.config import REQUIRED, ConfigSchema, Field, divides, special_token_rules
 from tokenstate.models.dense import DenseConfig, DenseForCausalLM
 from tokenstate.models.fused_linear import prepack
 from tokenstate.models.layers import ACTIVATIONS
@@ -111,12 +111,6 @@ def _llama_rules(values: dict[str, Any]) -> list[str]:
         problems.append(f"hidden_act {values['hidden_act']!r} is not supported; use one of {sorted(ACTIVATIONS)}")
     problems += _rope_theta(values)[1]
     vocab = values["vocab_size"]
-    bad_eos = [e for e in _eos_ids(values) if isinstance(e, bool) or not isinstance(e, int) or not 0 <= e < vocab]
-    bad_special = [
-        f"{k}={values[k]}" for k in ("bos_token_id", "pad_token_id") if values[k] is not None and values[k] >= vocab
-    ]
-    if bad_eos or bad_special:
-        problems.append(f"special token ids outside [0, vocab_size={vocab}): eos {bad_eos} {' '.join(bad_special)}")
     kv_heads = values["num_key_value_heads"] or heads
     layers, inter = values["num_hidden_layers"], values["intermediate_size"]
     per_layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + 3 * hidden * inter
@@ -133,7 +127,7 @@ def parse_config(config: dict[str, Any]) -> tuple[DenseConfig, dict[str, Any]]:
     archs = config.get("architectures")
     if archs is not None and (not isinstance(archs, list) or ARCHITECTURE not in archs):
         raise ConfigError(f"config names architectures {archs!r}; this factory serves {ARCHITECTURE}.")
-    values = SCHEMA.parse(config, checks=[divides("num_key_value_heads", "num_attention_heads"), _llama_rules])
+    values = SCHEMA.parse(config, checks=[divides("num_key_value_heads", "num_attention_heads"), special_token_rules, _llama_rules])
     heads = values["num_attention_heads"]
     dense = DenseConfig(
         vocab_size=values["vocab_size"],

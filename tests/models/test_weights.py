@@ -124,7 +124,7 @@ BAD_CONFIGS = {
         "rope_theta=500000.0 (top level) disagrees with rope_parameters' rope_theta=10000.0",
     ),
     "unknown activation": ({"hidden_act": "swish42"}, "hidden_act 'swish42' is not supported"),
-    "eos outside vocab": ({"eos_token_id": [2, 500]}, "eos [500]"),
+    "eos outside vocab": ({"eos_token_id": [2, 500]}, "eos_token_id: ids must lie in [0, vocab_size=128), got [2, 500]"),
     "wrong architecture": ({"architectures": ["MistralForCausalLM"]}, "serves LlamaForCausalLM"),
     "null size": ({"vocab_size": None}, "vocab_size: must not be null"),
 }
