@@ -253,19 +253,23 @@ class CallMixin:
         """``unknown`` for a method the checker cannot read (inherited from an external base, or of
         an external object) handed the forward input or its tokens: it may read host ids out of
         sight. ``None`` for any other method call."""
+        if isinstance(base, External):
+            return self.input_handed_out(frame, f"{base.dotted}.{name}", args, kwargs, node, modeled=base.dotted)
+        if base == OPAQUE:
+            return self.input_handed_out(frame, f"an external base class.{name}", args, kwargs, node)
+        return None
+
+    def input_handed_out(self: Analyzer, frame: Frame, callee: str, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST, *, modeled: str | None = None) -> Unknown | None:
+        """Code outside the analysed modules (``callee``) given the forward input or its tokens: an
+        unresolved ``unknown`` route, since it may read host ids out of sight. ``None`` when no input
+        is handed over, or ``modeled`` names a module the configuration models."""
         if not any(isinstance(v, Input | Tokens) for v in (*args, *(v for _, v in kwargs))):
             return None
-        if isinstance(base, External):
-            if self.config.is_modeled(base.dotted):
-                return None
-            owner = base.dotted
-        elif base == OPAQUE:
-            owner = "an external base class"
-        else:
+        if modeled is not None and self.config.is_modeled(modeled):
             return None
-        callee = self.unknown(frame, f"passes the forward input to {owner}.{name}, outside the analysed modules", node)
-        self.unresolved(frame, callee, node)
-        return callee
+        hidden = self.unknown(frame, f"passes the forward input to {callee}, outside the analysed modules", node)
+        self.unresolved(frame, hidden, node)
+        return hidden
 
     # ---- analysed functions and classes --------------------------------------------------------
 

@@ -21,7 +21,6 @@ from tokenstate.checker.values import (
     External,
     Func,
     GenCM,
-    Input,
     Instance,
     MapV,
     Partial,
@@ -158,8 +157,7 @@ class ExternalMixin:
                 self.host_read(frame, host_kind(frame, first), "DeviceTokens.from_host(inp.host_tokens)", node)
                 return first  # an upload of host ids: only as fresh as the host ids themselves
             return Tokens("host")
-        if any(isinstance(v, Input | Tokens) for v in (*args, *(v for _, v in kwargs))) and not self.config.is_modeled(dotted):
-            self.unresolved(frame, self.unknown(frame, f"passes the forward input to {dotted}, outside the analysed modules", node), node)
+        self.input_handed_out(frame, dotted, args, kwargs, node, modeled=dotted)  # its route: unknown
         if name[:1].isupper():
             return External(dotted, instance=True)
         return derived
