@@ -246,8 +246,10 @@ class LLM:
             thread: step N computes while the host prepares step N+1, but both threads' Python
             shares one GIL, so the overlap costs more than it hides) or ``"process"`` (a forked
             device process, Linux: the host's Python really runs beside the forward, on a second
-            core, as beside a GPU). Default: ``$TOKENSTATE_CPU_STREAM``, else ``"thread"`` under
-            chaos and ``"inline"`` otherwise (``docs/concepts/runner-paths.md``). Tokens are the same.
+            core, as beside a GPU) or ``"deferred"`` (for testing: in the host thread, but only when
+            the host waits past it — the device always as far behind as the fences allow).
+            Default: ``$TOKENSTATE_CPU_STREAM``, else ``"thread"`` under chaos and ``"inline"``
+            otherwise (``docs/concepts/runner-paths.md``). Tokens are the same.
         compile: run the model's decoder layers as one ``torch.compile`` graph (CPU, dense
             Llama-style models; projections re-check their weights before every compiled call and
             attention stays our own op, so weight updates and each step's slots need no

@@ -2,9 +2,9 @@
 
 The runner touches device tensors only inside stream tasks. It *submits* device work (reseeding
 admitted slots, the upload copy, combine, forward, sampling, post-update, the copy back) to a
-stream, and *records* events after it; the host only waits on an event, at a fence. Four stream
+stream, and *records* events after it; the host only waits on an event, at a fence. Five stream
 implementations share that one interface, so the mirror and the runner have one code path (the
-fourth, :class:`~tokenstate.runtime.process_stream.ProcessStream`, runs the device work in a forked
+fifth, :class:`~tokenstate.runtime.process_stream.ProcessStream`, runs the device work in a forked
 device process; it lives in its own module):
 
 * :class:`CpuStream` — one worker thread that owns the device tensors and runs the submitted tasks
@@ -20,6 +20,12 @@ device process; it lives in its own module):
   with it the hand-offs between two threads that, under the GIL, cost more than the overlap saves
   on a CPU (measured in ``docs/concepts/runner-paths.md``). It is the CPU default; chaos and the
   ordering tests use :class:`CpuStream`, where a missing fence can show.
+* :class:`DeferredStream` — the CPU without a worker, the other way round: a task runs only when the
+  host waits on an event recorded after it, so the device work is always as late as the fences let
+  it be — the host plans every step it can before the device has run any of the work it already
+  submitted. One fixed order, the latest a device may legally take: a fence the host skips, or host
+  state a task changes behind the host's back, shows up on every run, where the threaded stream
+  needs chaos and luck. For testing and the gate; it gives no overlap.
 
 An exception raised by a task is kept and re-raised by every later fence — an event recorded after
 that task (:meth:`StreamEvent.synchronize`) or :meth:`synchronize` — the way a device error surfaces
@@ -35,6 +41,7 @@ within a few hundred steps. A missing fence then reads as a wrong token or a con
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import contextvars
 import itertools
@@ -59,6 +66,7 @@ __all__ = [
     "CpuStream",
     "CpuStreamKind",
     "CudaStream",
+    "DeferredStream",
     "DeviceStream",
     "InlineStream",
     "StreamEvent",
@@ -70,8 +78,8 @@ __all__ = [
 
 CHAOS_ENV = "TOKENSTATE_CHAOS"
 CPU_STREAM_ENV = "TOKENSTATE_CPU_STREAM"
-CpuStreamKind = Literal["inline", "thread", "process"]
-CPU_STREAMS: tuple[str, ...] = ("inline", "thread", "process")
+CpuStreamKind = Literal["inline", "thread", "process", "deferred"]
+CPU_STREAMS: tuple[str, ...] = ("inline", "thread", "process", "deferred")
 
 
 class Chaos:
@@ -150,14 +158,15 @@ def choose_cpu_stream(requested: str | None, chaos: Chaos | None) -> CpuStreamKi
     Inline is the default because on a CPU the worker thread's overlap does not pay (both threads'
     Python runs under one GIL; measured in ``docs/concepts/runner-paths.md``), and the device
     process (``"process"``) takes a second core; chaos perturbs the order of two threads or
-    processes, so it needs one of those, and asking for chaos inline is refused.
+    processes, so it needs one of those, and asking for chaos inline or deferred (each one fixed
+    order) is refused.
     """
     kind = requested if requested is not None else cpu_stream_from_env()
     if kind is None:
         return "thread" if chaos is not None else "inline"
     if kind not in CPU_STREAMS:
         raise ConfigError(f"cpu_stream must be one of {list(CPU_STREAMS)}, got {kind!r}.")
-    if kind == "inline" and chaos is not None:
+    if kind in ("inline", "deferred") and chaos is not None:
         raise ConfigError(
             "chaos needs the threaded CPU stream or the device process (it perturbs the order of two "
             "threads or processes); use cpu_stream='thread' or 'process' with chaos (or unset "
@@ -442,6 +451,77 @@ class InlineStream(_InProcessBuffers):
         self._faults.error = None
 
 
+class _DeferredEvent:
+    """A :class:`DeferredStream` event: waiting on it runs the tasks submitted before it."""
+
+    __slots__ = ("_index", "_stream")
+
+    def __init__(self, stream: DeferredStream, index: int) -> None:
+        self._stream = stream
+        self._index = index
+
+    def synchronize(self) -> None:
+        self._stream._run_before(self._index)
+        self._stream._faults.raise_if_failed(before=self._index)
+
+    def wait(self) -> None:
+        self._stream._run_before(self._index)
+
+    def query(self) -> bool:
+        return self._stream._ran >= self._index
+
+
+class DeferredStream(_InProcessBuffers):
+    """A stream on the CPU whose tasks run in the host thread only when the host waits past them.
+
+    The same contract as :class:`InlineStream` (tasks in order, each in a copy of its submitter's
+    context and under ``torch.inference_mode``; a failed task's exception kept for the next fence,
+    later tasks skipped until :meth:`reset`), at the other extreme of timing: see the module
+    docstring.
+    """
+
+    device = torch.device("cpu")
+
+    def __init__(self) -> None:
+        self._faults = _Faults()
+        self._queued: collections.deque[_Task] = collections.deque()
+        self._submitted = 0
+        self._ran = 0  # tasks run (or skipped) so far: those with index < _ran
+
+    def submit(self, fn: Callable[..., object], *args: Any) -> None:
+        self._queued.append((self._submitted, contextvars.copy_context(), fn, args))
+        self._submitted += 1
+
+    def _run_before(self, index: int) -> None:
+        """Run the queued tasks submitted before ``index``, in order."""
+        mode = contextlib.nullcontext() if torch.is_inference_mode_enabled() else torch.inference_mode()
+        with mode:
+            while self._queued and self._queued[0][0] < index:
+                task, context, fn, args = self._queued.popleft()
+                self._ran = task + 1
+                if self._faults.error is not None:
+                    continue  # poisoned until reset(), as CpuStream
+                try:
+                    context.run(fn, *args)
+                except BaseException as exc:  # kept and re-raised at the next fence
+                    self._faults.fail(task, exc)
+
+    def record_event(self) -> _DeferredEvent:
+        return _DeferredEvent(self, self._submitted)
+
+    def synchronize(self) -> None:
+        self._run_before(self._submitted)
+        self._faults.raise_if_failed()
+
+    def reset(self) -> None:
+        self._run_before(self._submitted)
+        self._faults.error = None
+
+    def close(self) -> None:
+        """Run what was submitted (as :meth:`CpuStream.close` lets its worker finish)."""
+        self._run_before(self._submitted)
+
+
 class _CudaEvent:
     __slots__ = ("_event", "_faults", "_index")
 
@@ -505,9 +585,10 @@ class CudaStream(_InProcessBuffers):
 def stream_for(device: torch.device, chaos: Chaos | None = None, cpu_stream: str | None = None) -> DeviceStream:
     """The stream implementation for ``device`` (``cpu`` or ``cuda``).
 
-    On the CPU, ``cpu_stream`` (``"inline"``, ``"thread"``, ``"process"`` or ``None``, resolved by
-    :func:`choose_cpu_stream`) picks :class:`InlineStream`, :class:`CpuStream` or
-    :class:`~tokenstate.runtime.process_stream.ProcessStream`.
+    On the CPU, ``cpu_stream`` (``"inline"``, ``"thread"``, ``"process"``, ``"deferred"`` or
+    ``None``, resolved by :func:`choose_cpu_stream`) picks :class:`InlineStream`,
+    :class:`CpuStream`, :class:`~tokenstate.runtime.process_stream.ProcessStream` or
+    :class:`DeferredStream`.
     """
     if device.type == "cuda":
         return CudaStream(device, chaos)
@@ -519,5 +600,7 @@ def stream_for(device: torch.device, chaos: Chaos | None = None, cpu_stream: str
             return ProcessStream(chaos)
         if kind == "thread":
             return CpuStream(chaos)
+        if kind == "deferred":
+            return DeferredStream()
         return InlineStream()
     raise ConfigError(f"no stream for device {device}; use 'cpu' or 'cuda'.")

@@ -242,8 +242,13 @@ def _draft_prompts(ctx: MatrixContext) -> list[list[int]]:
 
 
 def _drafts(ctx: MatrixContext) -> CellPlan:
+    # On the deferred stream, the latest a device may run: a slot's reset, a rollback, a draft
+    # write all run only when the host waits on the step after planning the next ones, so host
+    # bookkeeping a stream task touches behind the host's back breaks on every run (on the threaded
+    # stream the worker almost always catches up first, and the bug hides).
     params = SamplingParams(max_tokens=ctx.max_tokens, ignore_eos=True)  # long: loops take a while
-    return CellPlan([params] * len(ctx.prompts), _spec_engine(), oracle=True, prompts=_draft_prompts(ctx))
+    engine = {**_spec_engine(), "cpu_stream": "deferred"}
+    return CellPlan([params] * len(ctx.prompts), engine, oracle=True, prompts=_draft_prompts(ctx))
 
 
 def _everything(ctx: MatrixContext) -> CellPlan:
@@ -478,7 +483,9 @@ def _fresh_slots(
 
 
 def _audit(llm: LLM) -> None:
-    audit_engine(llm._engine)  # the gate audits the runtime's own engine: same package
+    # The gate audits the runtime's own engine (same package), in stream order and without waiting
+    # for it: a sync after every step would keep the device level with the host.
+    audit_engine(llm._engine, wait=False)
 
 
 def run_cell(cell: ScheduleCell, ctx: MatrixContext) -> CellReport:
@@ -554,6 +561,7 @@ def _run_paths(
         try:
             with checks_mode(ctx.checks) if ctx.checks else contextlib.nullcontext():
                 outputs[path] = run_workload(llm, arrivals, after_step=_audit)
+                llm._engine.runner.stream.synchronize()  # the last step's device audit
         except TokenStateError as exc:
             report.errors[path] = f"{type(exc).__name__}: {exc}"
         report.stats[path] = llm.stats.as_dict()

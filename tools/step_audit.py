@@ -17,8 +17,13 @@ checks, after a step, what must hold for every request whatever the schedule:
   and the draft proposer read);
 * the device ``prefill_len`` of the slot is the request's.
 
-Reading the device history waits for the runner's stream (a device sync), so the audit is for
-verification runs (the gate), not for serving.
+The device checks run on the runner's stream, in stream order: right after the device work of
+the step just taken, whatever the host has planned since. ``audit_engine(engine)`` then waits for
+them (a device sync, so the audit is for verification runs, not for serving);
+``audit_engine(engine, wait=False)`` does not, and a broken device invariant raises at the engine's
+next fence instead — the gate audits that way, so the async pipeline keeps its lag between steps
+(a sync after every step would put the device back level with the host, and hide every bug that
+needs the device to run behind).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import numpy as np
 
 from tokenstate.contracts import PLACEHOLDER, ContractViolation
 from tokenstate.runtime.engine import Engine
+from tokenstate.runtime.mirror import DeviceMirror
 
 __all__ = ["audit_engine"]
 
@@ -38,8 +44,14 @@ def _fail(problem: str) -> None:
     )
 
 
-def audit_engine(engine: Engine) -> None:
-    """Raise :class:`~tokenstate.contracts.ContractViolation` on the first broken invariant."""
+def audit_engine(engine: Engine, *, wait: bool = True) -> None:
+    """Raise :class:`~tokenstate.contracts.ContractViolation` on the first broken invariant.
+
+    Args:
+        engine: the engine, between two steps.
+        wait: wait for the device checks (they run on the runner's stream, after the work already
+            submitted); ``False`` leaves their failure to the engine's next fence.
+    """
     scheduler, runner = engine.scheduler, engine.runner
     for req in scheduler.unfinished:
         if req.num_discarded:
@@ -55,11 +67,7 @@ def audit_engine(engine: Engine) -> None:
                 f"num_computed={req.num_computed} (a waiting request holds neither)"
             )
     owners: dict[int, int] = {}
-    # Device state is written on the runner's stream: wait for the in-flight work (a verifier may
-    # give up the overlap) so the reads below see every reseed and history write submitted so far.
-    runner.stream.synchronize()
-    history = runner.mirror.history
-    device_prefill = runner.mirror.prefill_len
+    expected: list[_SlotExpectation] = []
     for req in scheduler.running:
         if req.slot in owners:
             _fail(f"requests {owners[req.slot]} and {req.request_id} both hold slot {req.slot}")
@@ -85,16 +93,30 @@ def audit_engine(engine: Engine) -> None:
                 f"{int(runner.table.ids[req.slot, p])} at position {p}, beyond the {known.shape[0]} "
                 "tokens the host knows about the request (a token recorded for a previous owner?)"
             )
-        device = history[req.slot, : known.shape[0]].cpu().numpy()  # [num_known] int32
+        expected.append((req.slot, req.request_id, known, req.prefill_len))
+    # Device state is written on the runner's stream: read it there, after the work submitted so
+    # far (the host's knowledge of each slot, taken now, is a prefix of what the device holds then).
+    runner.stream.submit(_audit_device_state, runner.mirror, tuple(expected))
+    if wait:
+        runner.stream.synchronize()
+
+
+_SlotExpectation = tuple[int, int, np.ndarray, int]  # slot, request id, known tokens [num_known], prefill_len
+
+
+def _audit_device_state(mirror: DeviceMirror, expected: tuple[_SlotExpectation, ...]) -> None:
+    """On the stream: each running request's device token history and ``prefill_len``."""
+    for slot, request_id, known, prefill_len in expected:
+        device = mirror.history[slot, : known.shape[0]].cpu().numpy()  # [num_known] int32
         wrong = np.flatnonzero(device != known)
         if wrong.size:
             p = int(wrong[0])
             _fail(
-                f"device token history of slot {req.slot} (request {req.request_id}) holds "
+                f"device token history of slot {slot} (request {request_id}) holds "
                 f"{int(device[p])} at position {p} where the request has {int(known[p])}"
             )
-        if int(device_prefill[req.slot]) != req.prefill_len:
+        if int(mirror.prefill_len[slot]) != prefill_len:
             _fail(
-                f"device prefill_len of slot {req.slot} is {int(device_prefill[req.slot])}, request "
-                f"{req.request_id} was admitted with {req.prefill_len}"
+                f"device prefill_len of slot {slot} is {int(mirror.prefill_len[slot])}, request "
+                f"{request_id} was admitted with {prefill_len}"
             )

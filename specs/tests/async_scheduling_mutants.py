@@ -419,3 +419,17 @@ def stream_resets_host_draft_tracker(patch: MutantPatch) -> None:
             self._drafts._pending.pop(slot, None)
 
         patch.setattr(owner, "reset_slot", reset_with_tracker)
+
+
+@mutant(
+    "ASY-22/gate-audit-waits-each-step",
+    doc="The gate's engine audit waits for the stream after every step (it read the device state "
+    "with a sync): the device is level with the host before each step is planned, so no async "
+    "pipeline lag survives a step boundary and a stream task that clobbers host bookkeeping behind "
+    "the host's back never runs behind it.",
+)
+def gate_audit_waits_each_step(patch: MutantPatch) -> None:
+    from tokenstate.tools import gate_matrix
+    from tokenstate.tools.step_audit import audit_engine
+
+    patch.setattr(gate_matrix, "_audit", lambda llm: audit_engine(llm._engine, wait=True))

@@ -22,6 +22,7 @@ from .async_scheduling_mutants import (
     bad_words_read_host_table,
     drop_token_of_preempted,
     fallback_feeds_drafts_known_at_scheduling,
+    gate_audit_waits_each_step,
     gate_misses_record_into_lost_slot,
     no_stall_detection,
     penalties_read_host_table,
@@ -162,7 +163,7 @@ def test_draft_checkpoints_survive_a_stream_that_runs_behind_the_host(preset):
         assert outputs == plain, seed
 
 
-@pytest.mark.owed("ASY-22")
+@pytest.mark.paid("ASY-22", before=gate_audit_waits_each_step)
 def test_the_gate_catches_a_slot_reset_that_drops_a_draft_rollback():
     from tokenstate.tools.gate import GateConfig, run_gate
 

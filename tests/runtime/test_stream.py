@@ -17,6 +17,7 @@ from tokenstate.runtime.stream import (
     CPU_STREAM_ENV,
     Chaos,
     CpuStream,
+    DeferredStream,
     InlineStream,
     chaos_from_env,
     choose_cpu_stream,
@@ -54,7 +55,7 @@ def test_tasks_see_the_submitters_context_and_run_in_inference_mode():
     assert seen == [("from the host", True)]
 
 
-@pytest.mark.parametrize("make_stream", [CpuStream, InlineStream], ids=["thread", "inline"])
+@pytest.mark.parametrize("make_stream", [CpuStream, InlineStream, DeferredStream], ids=["thread", "inline", "deferred"])
 def test_a_failed_task_raises_at_the_next_fence_and_skips_later_tasks_until_reset(make_stream):
     stream = make_stream()
     ran: list[int] = []
@@ -75,7 +76,7 @@ def test_a_failed_task_raises_at_the_next_fence_and_skips_later_tasks_until_rese
     assert ran == [2]
 
 
-@pytest.mark.parametrize("make_stream", [CpuStream, InlineStream], ids=["thread", "inline"])
+@pytest.mark.parametrize("make_stream", [CpuStream, InlineStream, DeferredStream], ids=["thread", "inline", "deferred"])
 def test_an_event_recorded_before_a_failed_task_does_not_raise_its_error(make_stream):
     stream = make_stream()
     before = stream.record_event()
@@ -112,11 +113,37 @@ def test_the_inline_stream_runs_each_task_at_submit_in_the_host_thread():
     event.synchronize()
 
 
+def test_the_deferred_stream_runs_tasks_only_when_the_host_waits_past_them():
+    """The latest a device may run its work: nothing runs at submit, a fence runs exactly the tasks
+    submitted before its event (in order, in the host thread, in the submitter's context)."""
+    stream = DeferredStream()
+    seen: list[tuple[int, str, bool]] = []
+    token = _VAR.set("from the host")
+    try:
+        for i in range(2):
+            stream.submit(lambda i=i: seen.append((i, _VAR.get(), torch.is_inference_mode_enabled())))
+    finally:
+        _VAR.reset(token)
+    first = stream.record_event()
+    stream.submit(seen.append, (2, "later", False))
+    second = stream.record_event()
+    assert seen == [] and not first.query() and not second.query()  # submitting ran nothing
+    first.wait()
+    assert seen == [(0, "from the host", True), (1, "from the host", True)]  # not the later task
+    assert first.query() and not second.query()
+    second.synchronize()
+    assert seen[-1] == (2, "later", False) and second.query()
+    stream.submit(seen.append, "closing")
+    stream.close()  # close runs what was submitted, as the worker's close does
+    assert seen[-1] == "closing"
+
+
 def test_stream_for_picks_the_cpu_stream_and_refuses_other_devices(monkeypatch):
     monkeypatch.delenv(CPU_STREAM_ENV, raising=False)
     assert isinstance(stream_for(torch.device("cpu")), InlineStream)  # the CPU default
     assert isinstance(stream_for(torch.device("cpu"), cpu_stream="thread"), CpuStream)
     assert isinstance(stream_for(torch.device("cpu"), Chaos(1)), CpuStream)  # chaos needs the worker
+    assert isinstance(stream_for(torch.device("cpu"), cpu_stream="deferred"), DeferredStream)
     with pytest.raises(ConfigError, match="no stream for device meta"):
         stream_for(torch.device("meta"))
 
@@ -159,8 +186,10 @@ def test_the_cpu_stream_choice_option_env_and_chaos(monkeypatch):
     monkeypatch.setenv(CPU_STREAM_ENV, "inline")
     with pytest.raises(ConfigError, match="chaos needs the threaded CPU stream"):
         choose_cpu_stream(None, Chaos(2))
+    with pytest.raises(ConfigError, match="chaos needs the threaded CPU stream"):
+        choose_cpu_stream("deferred", Chaos(2))  # deferred is one fixed order: nothing to perturb
     monkeypatch.setenv(CPU_STREAM_ENV, "gpu")
-    with pytest.raises(ConfigError, match=r"TOKENSTATE_CPU_STREAM='gpu' is not a CPU stream; valid values: inline, thread, process"):
+    with pytest.raises(ConfigError, match=r"TOKENSTATE_CPU_STREAM='gpu' is not a CPU stream; valid values: inline, thread, process, deferred"):
         choose_cpu_stream(None, None)
     monkeypatch.setenv(CPU_STREAM_ENV, " Thread ")  # read like every string setting
     assert choose_cpu_stream(None, None) == "thread"
@@ -174,12 +203,12 @@ def test_llm_gives_the_same_tokens_on_either_cpu_stream(async_scheduling, monkey
     prompts = [[5, 6, 7], [9, 3, 4, 1], [11, 12], [2, 8, 8, 8, 8, 8]]
     params = SamplingParams(max_tokens=12, ignore_eos=True)
     outputs = {}
-    for kind in ("inline", "thread"):
+    kinds = {"inline": InlineStream, "thread": CpuStream, "deferred": DeferredStream}
+    for kind, expected in kinds.items():
         llm = LLM(toy_factory(), async_scheduling=async_scheduling, max_num_seqs=2, cpu_stream=kind)
-        expected = InlineStream if kind == "inline" else CpuStream
         assert isinstance(llm._engine.runner.stream, expected)
         outputs[kind] = [o.token_ids for o in llm.generate(prompts, params)]
-    assert outputs["inline"] == outputs["thread"]
+    assert outputs["inline"] == outputs["thread"] == outputs["deferred"]
     assert isinstance(LLM(toy_factory())._engine.runner.stream, InlineStream)  # the default
     with pytest.raises(ConfigError, match="chaos needs the threaded CPU stream"):
         LLM(toy_factory(), chaos=1, cpu_stream="inline")
