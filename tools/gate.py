@@ -24,7 +24,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tokenstate.contracts import CHECK_MODES, ConfigError, TokenStateError, checks_mode
+from tokenstate.contracts import CHECK_MODES, ConfigError, checks_mode
 from tokenstate.runtime.llm import LLM, execution_device
 from tokenstate.runtime.outputs import RequestOutput
 from tokenstate.runtime.params import SamplingParams
@@ -173,8 +173,10 @@ def _shared_model(llm: LLM) -> ModelFactory:
 def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[int]] | None = None) -> GateReport:
     """Run the gate for one model (a preset/architecture name, a factory, or an HF directory).
 
-    A path whose forward raises a contract error (a stale read, a placeholder in the embedding) is
-    recorded in ``report.errors`` — the gate fails, and the error names the rows.
+    A path whose forward raises — a contract error (a stale read, a placeholder in the embedding,
+    naming the rows) or the forward's own (torch's ``IndexError`` when a plain embedding meets a
+    placeholder) — is recorded in ``report.errors``, and the gate fails; a ``ConfigError`` (a bad
+    prompt or setting) is raised to the caller.
     """
     config = config or GateConfig()
     params = SamplingParams(max_tokens=config.max_tokens, ignore_eos=True)
@@ -199,7 +201,7 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
                 outputs[path] = engine.generate(prompts, params)
         except ConfigError:
             raise  # a bad prompt or setting is the caller's, not a divergence of one path
-        except TokenStateError as exc:
+        except Exception as exc:  # a forward's own error (torch's IndexError at a placeholder) fails the path too
             report.errors[path] = f"{type(exc).__name__}: {exc}"
         report.stats[path] = engine.stats.as_dict()
     if report.errors:

@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
@@ -126,7 +127,7 @@ def render_gate(reports: list[GateReport], console: Console) -> None:
     for r in reports:
         stats = r.stats.get("async", {})
         table.add_row(
-            r.model,
+            escape(r.model),
             *(_cell(r, c) for c in ("async vs sync", "sync vs oracle", "async vs oracle")),
             str(stats.get("async_steps", "—")),
             str(stats.get("fallback_steps", "—")),
@@ -137,7 +138,7 @@ def render_gate(reports: list[GateReport], console: Console) -> None:
         _render_cells(reports, console)
     for r in reports:
         for problem in r.problems():
-            console.print(f"[red]{r.model}[/] {problem}", markup=True, highlight=False)
+            console.print(f"[red]{escape(r.model)}[/] {escape(problem)}", highlight=False)
 
 
 def _cell_tokens(cell: CellReport) -> str:
@@ -154,34 +155,39 @@ def _render_cells(reports: list[GateReport], console: Console) -> None:
     for column in ("model", "cell", "tokens matched", "conditions reached", "result"):
         table.add_column(column)
     for r in reports:
+        model = escape(r.model)
         for cell in r.cells:
             if cell.skipped:
-                table.add_row(r.model, cell.name, "—", cell.skipped, "[yellow]skipped[/]")
+                table.add_row(model, escape(cell.name), "—", escape(cell.skipped), "[yellow]skipped[/]")
                 continue
             conditions = ", ".join(
-                f"[{'green' if c.reached else 'red'}]{c.describe()}[/]" for c in cell.conditions
+                f"[{'green' if c.reached else 'red'}]{escape(c.describe())}[/]" for c in cell.conditions
             ) or ("—" if not cell.errors else "[red]raised[/]")
             table.add_row(
-                r.model, cell.name, _cell_tokens(cell), conditions,
+                model, escape(cell.name), _cell_tokens(cell), conditions,
                 "[green]pass[/]" if cell.passed else "[red]FAIL[/]",
             )
     console.print(table)
+    # Model names, errors and divergences are text: a shape like [num_logits, vocab] is not markup.
     for r in reports:
         for cell in r.cells:
+            where = escape(f"{r.model}, cell {cell.name!r}")
             for path, error in cell.errors.items():
-                console.print(f"[red]{r.model}, cell {cell.name!r}, {path} path raised[/] {error}")
+                console.print(f"[red]{where}, {path} path raised[/] {escape(error)}", highlight=False)
             for c in cell.conditions:
                 if not c.reached:
                     console.print(
-                        f"[red]{r.model}, cell {cell.name!r}: condition not reached[/] — {c.describe()}, "
-                        f"needed {c.needed}"
+                        f"[red]{where}: condition not reached[/] — {escape(c.describe())}, needed {c.needed}",
+                        highlight=False,
                     )
             for i, row in enumerate(cell.requests):
                 for comparison, result in row.items():
                     if result.divergence is not None:
                         console.print(
-                            f"[red]{r.model}[/] cell {cell.name!r} request {i}, {comparison}: "
-                            f"{result.matched}/{result.total}; first divergence {result.divergence.describe()}"
+                            f"[red]{escape(r.model)}[/] {escape(f'cell {cell.name!r}')} request {i}, "
+                            f"{comparison}: {result.matched}/{result.total}; first divergence "
+                            f"{escape(result.divergence.describe())}",
+                            highlight=False,
                         )
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenstate.contracts import TokenStateError, checks_mode
+from tokenstate.contracts import checks_mode
 from tokenstate.runtime.llm import LLM
 from tokenstate.runtime.outputs import RequestOutput
 from tokenstate.runtime.params import SamplingParams
@@ -562,7 +562,7 @@ def _run_paths(
             with checks_mode(ctx.checks) if ctx.checks else contextlib.nullcontext():
                 outputs[path] = run_workload(llm, arrivals, after_step=_audit)
                 llm._engine.runner.stream.synchronize()  # the last step's device audit
-        except TokenStateError as exc:
+        except Exception as exc:  # as in the baseline: a forward's own error fails the path too
             report.errors[path] = f"{type(exc).__name__}: {exc}"
         report.stats[path] = llm.stats.as_dict()
     return outputs

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tokenstate.contracts import ConfigError
@@ -125,11 +126,13 @@ def _render_checker(report: Any, console: Console) -> None:
         table.add_column(column, overflow="fold")
     for r in report.results:
         declared = {True: "honors", False: "does not honor", None: "—"}[r.declared]
-        table.add_row(r.entry, declared, r.verdict.value, f"[red]{r.finding}[/]" if r.finding else "[green]none[/]")
+        finding = f"[red]{escape(r.finding)}[/]" if r.finding else "[green]none[/]"
+        table.add_row(escape(r.entry), declared, r.verdict.value, finding)
     console.print(table)
     for r in report.findings:
         for route in r.routes:
-            console.print(f"  {r.entry}: {route.render() if hasattr(route, 'render') else route}")
+            text = route.render() if hasattr(route, "render") else str(route)
+            console.print(f"  {escape(r.entry)}: {escape(text)}", highlight=False)
 
 
 def _specs_root(args: argparse.Namespace) -> Path | None:
@@ -192,11 +195,11 @@ def _spec_step(args: argparse.Namespace, root: Path | None, console: Console) ->
 
 def _render_specs(specs: SpecSummary, console: Console) -> None:
     if not specs.ran:
-        console.print(f"spec ledger: not run — {specs.note}")
+        console.print(f"spec ledger: not run — {escape(specs.note)}")
         return
     console.print(
         f"spec ledger: {specs.paid} paid ({specs.verified} red-before verified), {specs.owed} owed "
         f"[{specs.seconds:.0f} s]"
     )
     for line in specs.unhealthy:
-        console.print(f"  [red]{line}[/]")
+        console.print(f"  [red]{escape(line)}[/]", highlight=False)

@@ -8,16 +8,19 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
 
+from tokenstate.checker.report import Verdict
 from tokenstate.contracts import set_checks_mode
 from tokenstate.runtime import registry
 from tokenstate.runtime.progress import observe_steps
 from tokenstate.tools.cli import main
 from tokenstate.tools.gate import GateConfig, GateReport, PathResult, run_gate
 from tokenstate.tools.gate_cli import render_gate
+from tokenstate.tools.gate_matrix import CellReport
 from tokenstate.tools.routing_check import check_registry
 from tokenstate.tools.verify import _render_checker
 
@@ -235,3 +238,22 @@ def test_without_debug_there_is_no_traceback(capsys):
     assert main(["gate", "--model", "NoSuchLM"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "hint: run with --debug" in err
+
+
+def test_bracketed_text_in_errors_reaches_the_terminal_whole():
+    """Shapes like ``[num_logits, vocab]`` in an error or a finding are text, not console markup."""
+    error = "ContractViolation: returns float logits [num_logits, vocab] for inp.logits_indices [bold]"
+    cell = CellReport("n-gram drafts [x]", "…", errors={"async": error}, skipped="")
+    report = GateReport(model="m[1]", comparisons=["async vs sync"], errors={"async": error}, cells=[cell])
+    console, buffer = _console()
+    render_gate([report], console)
+    text = " ".join(buffer.getvalue().split())
+    assert "the async path raised ContractViolation: returns float logits [num_logits, vocab] for" in text
+    assert "cell 'n-gram drafts [x]', async path raised ContractViolation: returns float logits [num_logits, vocab]" in text
+    assert "m[1]" in text
+
+
+    checker = SimpleNamespace(results=[SimpleNamespace(entry="fwd[0]", declared=True, verdict=Verdict.IGNORES, finding="reads [host] ids", routes=[])], findings=[])
+    console, buffer = _console()
+    _render_checker(checker, console)
+    assert "fwd[0]" in buffer.getvalue() and "reads [host] ids" in buffer.getvalue()

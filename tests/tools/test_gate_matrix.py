@@ -5,9 +5,17 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
+import torch.nn.functional as F
 
-from tokenstate.contracts import ConfigError, ContractViolation, TokenStateError
-from tokenstate.models.toy import toy_factory
+from tokenstate.contracts import (
+    ConfigError,
+    ContractViolation,
+    ForwardInput,
+    TokenStateError,
+    entry_point,
+)
+from tokenstate.models.toy import ToyLM, _mix_and_project, toy_factory
 from tokenstate.runtime import LLM, SamplingParams
 from tokenstate.runtime.request import Request
 from tokenstate.runtime.watchdog import EngineStalledError, ProgressWatchdog, default_stall_limit
@@ -84,3 +92,21 @@ def test_max_tokens_that_leave_no_room_for_chunked_prompts_are_refused():
     with pytest.raises(ConfigError, match=r"max_tokens=100 leaves prompts of at most 27 tokens .* lower max_tokens to at most 94"):
         run_gate(toy_factory(), GateConfig(oracle=False, quick=True, max_tokens=100))
     assert run_gate(toy_factory(), GateConfig(oracle=False, quick=True, max_tokens=94, num_requests=2)).passed
+
+
+
+@entry_point
+def _raw_buffer_into_plain_embedding(model: ToyLM, inp: ForwardInput) -> torch.Tensor:
+    hidden = F.embedding(inp.host_tokens._ids.long(), model.embed)  # PLACEHOLDER -> IndexError
+    return _mix_and_project(model, inp, hidden)
+
+
+def test_a_forward_that_raises_outside_tokenstate_fails_the_gate_naming_the_path():
+    """A plain embedding fed the raw host buffer raises torch's own ``IndexError`` at the
+    placeholders: the gate's report names the async path and the error, instead of crashing."""
+    factory = dataclasses.replace(toy_factory("RawEmbedToy"), forward=_raw_buffer_into_plain_embedding)
+    report = run_gate(factory, GateConfig(oracle=False, quick=True, num_requests=3, max_tokens=6))
+    assert not report.passed and list(report.errors) == ["async"]
+    assert report.errors["async"].startswith("IndexError: index out of range")
+    full = run_gate(factory, GateConfig(oracle=False, num_requests=3, max_tokens=6))
+    assert not full.passed  # the baseline's error ends the run: no cell is started
