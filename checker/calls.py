@@ -16,6 +16,7 @@ from tokenstate.checker.resolve import decorator_names
 from tokenstate.checker.values import (
     OPAQUE,
     RETURNS_SELF,
+    Alt,
     Bound,
     Cell,
     ClassInfo,
@@ -318,6 +319,22 @@ class CallMixin:
             fields.update((k, v) for k, v in kwargs if k in names)
         return Instance(cls, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
 
+    def may_swallow(self: Analyzer, manager: Value) -> bool:
+        """Whether a ``with`` on ``manager`` may swallow an exception of its body (so the block may
+        end early and what follows still run): ``contextlib.suppress``, a ``@contextmanager``
+        whose ``yield`` sits in a ``try`` with handlers, or a class whose ``__exit__`` may return a
+        true value. Other external managers (``torch.no_grad()``, ``autocast``...) swallow nothing."""
+        if isinstance(manager, Alt):
+            return any(self.may_swallow(option) for option in manager.options)
+        if isinstance(manager, External):
+            return self.canonical(manager.dotted) == "contextlib.suppress"
+        if isinstance(manager, GenCM):
+            return _yield_in_handled_try(manager.func.info.node)
+        if isinstance(manager, Instance):
+            member = self.class_member(manager.info, "__exit__")
+            return member is not None and isinstance(member[0], Func) and _may_return_true(member[0].info.node)
+        return False
+
     def enter(self: Analyzer, frame: Frame, manager: Value, node: ast.AST) -> Value:
         """Enter a ``with`` context: apply what its ``__enter__`` (or ``@contextmanager`` body
         up to its ``yield``) publishes, and return the ``as`` value."""
@@ -340,3 +357,20 @@ class CallMixin:
                     return self.invoke(frame, bound, (), (), node).ret
             return manager
         return OPAQUE
+
+
+def _yield_in_handled_try(func: ast.AST) -> bool:
+    return any(
+        isinstance(node, ast.Try | ast.TryStar) and node.handlers
+        and any(isinstance(inner, ast.Yield | ast.YieldFrom) for stmt in node.body for inner in ast.walk(stmt))
+        for node in ast.walk(func)
+    )
+
+
+def _may_return_true(func: ast.AST) -> bool:
+    """A ``return`` of anything but a literal ``None`` / ``False`` (a bare one returns ``None``)."""
+    return any(
+        isinstance(node, ast.Return) and node.value is not None
+        and not (isinstance(node.value, ast.Constant) and node.value.value in (None, False))
+        for node in ast.walk(func)
+    )

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from tokenstate.checker.evaluate import element_of
 from tokenstate.checker.frame import Frame
-from tokenstate.checker.guards import Facts
+from tokenstate.checker.guards import Facts, meet
 from tokenstate.checker.values import (
     OPAQUE,
     Cell,
@@ -77,7 +77,7 @@ class StmtMixin:
         elif isinstance(stmt, ast.With | ast.AsyncWith):
             return self.with_block(frame, stmt)
         elif isinstance(stmt, ast.Try | ast.TryStar):
-            self.try_block(frame, stmt)
+            return self.try_block(frame, stmt)
         elif isinstance(stmt, ast.Match):
             self.match_block(frame, stmt)
         elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -105,46 +105,58 @@ class StmtMixin:
     def match_block(self: Analyzer, frame: Frame, stmt: ast.Match) -> None:
         """``match``: each case's captures bind the subject; on ``match inp.device_tokens`` a
         ``case None:`` runs without device ids, and so does any case after a ``case
-        DeviceTokens():`` (the guard's other side), as an ``if`` on the same test would."""
+        DeviceTokens():`` (the guard's other side), as an ``if`` on the same test would. What
+        follows the ``match`` has the facts of every case that falls through, and of matching no
+        case at all (no device ids, after an unguarded ``case DeviceTokens():``)."""
         subject = self.eval(frame, stmt.subject)
         on_device = subject == Tokens("device")
         base, states = frame.snapshot(), []
-        none_taken = device_taken = False  # an earlier case took every None / every DeviceTokens
+        start = (frame.fresh, frame.narrow)
+        outcomes: list[tuple[bool, dict[str, Value]]] = []
+        none_taken = device_taken = irrefutable = False  # an earlier case took every None / DeviceTokens / value
         for case in stmt.cases:
             frame.restore(base)
+            frame.fresh, frame.narrow = start
             kind = _device_pattern(case.pattern) if on_device else None
             fresh = kind == "none" or (kind is None and on_device and device_taken and not none_taken)
-            saved = self.with_facts(frame, Facts(fresh, {}))
+            self.with_facts(frame, Facts(fresh, {}))
             for name in _captures(case.pattern):
                 self.assign(frame, ast.Name(id=name, ctx=ast.Store()), subject)
             if case.guard is not None:
                 self.eval(frame, case.guard)
-            ends = self.exec_block(frame, case.body)
-            frame.fresh, frame.narrow = saved
-            if not ends:
+            if not self.exec_block(frame, case.body):
                 states.append(frame.snapshot())
-            none_taken = none_taken or (kind == "none" and case.guard is None)
-            device_taken = device_taken or (kind == "device" and case.guard is None)
-        frame.merge([base, *states])
+                outcomes.append((frame.fresh, frame.narrow))
+            unguarded = case.guard is None
+            none_taken = none_taken or (kind == "none" and unguarded)
+            device_taken = device_taken or (kind == "device" and unguarded)
+            irrefutable = irrefutable or (unguarded and _irrefutable(case.pattern))
+        if not (irrefutable or (none_taken and device_taken)):  # no case may match: the subject stays
+            states.append(base)
+            outcomes.append((start[0] or (on_device and device_taken), start[1]))
+        frame.merge(states or [base])
+        frame.fresh, frame.narrow = meet(outcomes) if outcomes else start
 
     def local_qualname(self: Analyzer, frame: Frame, name: str) -> str:
         return f"{frame.func.qualname}.<locals>.{name}" if frame.func is not None else name
 
     def branch(self: Analyzer, frame: Frame, test: ast.expr, body: list[ast.stmt], orelse: list[ast.stmt]) -> bool:
         when_true, when_false = self.guard(frame, test)
-        base, states, ends = frame.snapshot(), [], []
-        for block, facts in ((body, when_true), (orelse, when_false)):
+        base, states, facts = frame.snapshot(), [], []
+        start = (frame.fresh, frame.narrow)
+        for block, guard_facts in ((body, when_true), (orelse, when_false)):
             frame.restore(base)
-            saved = self.with_facts(frame, facts)
-            ends.append(self.exec_block(frame, block))
-            frame.fresh, frame.narrow = saved
-            if not ends[-1]:
+            frame.fresh, frame.narrow = start
+            self.with_facts(frame, guard_facts)
+            if not self.exec_block(frame, block):
                 states.append(frame.snapshot())
+                facts.append((frame.fresh, frame.narrow))
         frame.merge(states or [base])
-        # `if device ids are present: return ...` — what follows runs only on the other branch
-        if ends[0] != ends[1]:
-            self.with_facts(frame, when_false if ends[0] else when_true)
-        return all(ends)
+        # What follows runs only after a side that falls through, with what that side learnt:
+        # `if device ids are present: return ...` leaves the no-device-ids side, and so does an
+        # `elif` chain whose device branch returns.
+        frame.fresh, frame.narrow = meet(facts) if facts else start
+        return not facts
 
     def loop(self: Analyzer, frame: Frame, body: list[ast.stmt], target: ast.expr | None, element: Value) -> None:
         states = [frame.snapshot()]
@@ -157,26 +169,49 @@ class StmtMixin:
 
     def with_block(self: Analyzer, frame: Frame, stmt: ast.With | ast.AsyncWith) -> bool:
         published, writes = dict(frame.published), dict(frame.writes)
+        swallows = False
         for item in stmt.items:
-            entered = self.enter(frame, self.eval(frame, item.context_expr), item.context_expr)
+            manager = self.eval(frame, item.context_expr)
+            swallows = swallows or self.may_swallow(manager)
+            entered = self.enter(frame, manager, item.context_expr)
             if item.optional_vars is not None:
                 self.assign(frame, item.optional_vars, entered)
+        base, start = frame.snapshot(), (frame.fresh, frame.narrow)
         ends = self.exec_block(frame, stmt.body)
+        if swallows:
+            # An exception anywhere in the body may be swallowed: what follows may run from any
+            # point of it, with only the facts that held when the block was entered.
+            frame.merge([base] if ends else [base, frame.snapshot()])
+            frame.fresh, frame.narrow = start
+            ends = False
         frame.published, frame.writes = published, writes  # __exit__ withdraws the publication
         return ends
 
-    def try_block(self: Analyzer, frame: Frame, stmt: ast.Try | ast.TryStar) -> None:
-        base = frame.snapshot()
-        states = [] if self.exec_block(frame, stmt.body) else [frame.snapshot()]
+    def try_block(self: Analyzer, frame: Frame, stmt: ast.Try | ast.TryStar) -> bool:
+        """Handlers may start at any point of the body: they see the state joined over it and only
+        the facts that held when the ``try`` was entered. What follows has the facts of every path
+        that falls through (the body and its ``else``, and each handler)."""
+        base, start = frame.snapshot(), (frame.fresh, frame.narrow)
+        states: list[tuple[dict[str, Value], ...]] = []
+        outcomes: list[tuple[bool, dict[str, Value]]] = []
+        if not self.exec_block(frame, stmt.body):
+            body_state = frame.snapshot()
+            if not self.exec_block(frame, stmt.orelse):  # the else runs only after the whole body
+                states.append(frame.snapshot())
+                outcomes.append((frame.fresh, frame.narrow))
+        else:
+            body_state = frame.snapshot()
         for handler in stmt.handlers:
-            frame.merge([base, *states])
+            frame.merge([base, body_state, *states])
+            frame.fresh, frame.narrow = start
             if handler.name:
                 frame.env[handler.name] = OPAQUE
             if not self.exec_block(frame, handler.body):
                 states.append(frame.snapshot())
+                outcomes.append((frame.fresh, frame.narrow))
         frame.merge(states or [base])
-        self.exec_block(frame, stmt.orelse)
-        self.exec_block(frame, stmt.finalbody)
+        frame.fresh, frame.narrow = meet(outcomes) if outcomes else start
+        return self.exec_block(frame, stmt.finalbody) or not outcomes
 
     def assign(self: Analyzer, frame: Frame, target: ast.expr, value: Value) -> None:
         if isinstance(target, ast.Name):
@@ -223,6 +258,15 @@ def _device_pattern(pattern: ast.pattern) -> str | None:
         name = pattern.cls.attr if isinstance(pattern.cls, ast.Attribute) else getattr(pattern.cls, "id", "")
         return "device" if name == "DeviceTokens" else None
     return None
+
+
+def _irrefutable(pattern: ast.pattern) -> bool:
+    """``case _:`` / ``case x:`` (and ``|`` patterns holding one) match every subject."""
+    if isinstance(pattern, ast.MatchAs):
+        return pattern.pattern is None or _irrefutable(pattern.pattern)
+    if isinstance(pattern, ast.MatchOr):
+        return any(_irrefutable(p) for p in pattern.patterns)
+    return False
 
 
 def _captures(pattern: ast.pattern) -> list[str]:

@@ -103,6 +103,8 @@ class ExternalMixin:
             ids = args[spec.ids_index] if len(args) > spec.ids_index else kwarg_value(kwargs, spec.ids_keywords)
             self.sink(frame, f"{dotted}(ids)", ids or OPAQUE, node)
             return OPAQUE
+        if dotted == "contextlib.suppress":  # a manager that swallows exceptions (see may_swallow)
+            return External(dotted, instance=True)
         derived = join(*(taint(v) for v in (*args, *(v for _, v in kwargs))))
         if func.instance:
             return derived

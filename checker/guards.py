@@ -34,7 +34,7 @@ from tokenstate.checker.values import (
 if TYPE_CHECKING:
     from tokenstate.checker.engine import Analyzer
 
-__all__ = ["Facts", "GuardMixin", "expression_path", "facts_of_value", "is_none_compare"]
+__all__ = ["Facts", "GuardMixin", "expression_path", "facts_of_value", "is_none_compare", "meet"]
 
 
 class Facts(NamedTuple):
@@ -124,6 +124,15 @@ class GuardMixin:
         if facts.narrow:
             frame.narrow = {**frame.narrow, **facts.narrow}
         return saved
+
+
+def meet(outcomes: list[tuple[bool, dict[str, Value]]]) -> tuple[bool, dict[str, Value]]:
+    """The facts that hold after a compound statement: those of every path that falls through it
+    (``(fresh, narrow)`` at each path's end; facts about the input hold for the whole call, so a
+    path keeps what it learnt until the paths meet)."""
+    fresh = all(f for f, _ in outcomes)
+    first = outcomes[0][1]
+    return fresh, {k: v for k, v in first.items() if all(n.get(k) == v for _, n in outcomes[1:])}
 
 
 def is_none_compare(test: ast.expr) -> bool:

@@ -7,6 +7,7 @@ import dataclasses
 
 import tokenstate.checker.calls as calls_module
 import tokenstate.checker.evaluate as evaluate_module
+import tokenstate.checker.execute as execute_module
 import tokenstate.checker.externals as externals_module
 import tokenstate.checker.resolve as resolve_module
 import tokenstate.contracts.forward_input as forward_input_module
@@ -263,3 +264,76 @@ def match_cases_unguarded(patch: MutantPatch) -> None:
 )
 def external_methods_take_the_input_as_data(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "input_to_external_method", lambda self, *args: None)
+
+
+@mutant(
+    "RCK-20/handlers-and-managers-inherit-the-body-facts",
+    doc="`try` and `with` as before: an `except` handler runs with whatever facts the body's last "
+    "statement left (the fall-through of an early return inside the body), and a `with` body that "
+    "returns ends the function whatever its manager swallows.",
+)
+def handlers_and_managers_inherit_the_body_facts(patch: MutantPatch) -> None:
+    def try_block(self, frame, stmt):  # type: ignore[no-untyped-def]
+        base = frame.snapshot()
+        states = [] if self.exec_block(frame, stmt.body) else [frame.snapshot()]
+        for handler in stmt.handlers:
+            frame.merge([base, *states])
+            if handler.name:
+                frame.env[handler.name] = OPAQUE
+            if not self.exec_block(frame, handler.body):
+                states.append(frame.snapshot())
+        frame.merge(states or [base])
+        self.exec_block(frame, stmt.orelse)
+        self.exec_block(frame, stmt.finalbody)
+        return False
+
+    patch.setattr(Analyzer, "try_block", try_block)
+    patch.setattr(Analyzer, "may_swallow", lambda self, manager: False)
+
+
+@mutant(
+    "RCK-21/branch-facts-end-with-the-branch",
+    doc="What a branch learnt ends with the branch: only a plain `if`/`else` whose one side ends "
+    "hands the other side's guard on, so the fall-through of an early return inside an `elif` or a "
+    "`match` case is lost.",
+)
+def branch_facts_end_with_the_branch(patch: MutantPatch) -> None:
+    def branch(self, frame, test, body, orelse):  # type: ignore[no-untyped-def]
+        when_true, when_false = self.guard(frame, test)
+        base, states, ends = frame.snapshot(), [], []
+        for block, facts in ((body, when_true), (orelse, when_false)):
+            frame.restore(base)
+            saved = self.with_facts(frame, facts)
+            ends.append(self.exec_block(frame, block))
+            frame.fresh, frame.narrow = saved
+            if not ends[-1]:
+                states.append(frame.snapshot())
+        frame.merge(states or [base])
+        if ends[0] != ends[1]:
+            self.with_facts(frame, when_false if ends[0] else when_true)
+        return all(ends)
+
+    def match_block(self, frame, stmt):  # type: ignore[no-untyped-def]
+        subject = self.eval(frame, stmt.subject)
+        on_device = subject == Tokens("device")
+        base, states = frame.snapshot(), []
+        none_taken = device_taken = False
+        for case in stmt.cases:
+            frame.restore(base)
+            kind = execute_module._device_pattern(case.pattern) if on_device else None
+            fresh = kind == "none" or (kind is None and on_device and device_taken and not none_taken)
+            saved = self.with_facts(frame, Facts(fresh, {}))
+            for name in execute_module._captures(case.pattern):
+                self.assign(frame, ast.Name(id=name, ctx=ast.Store()), subject)
+            if case.guard is not None:
+                self.eval(frame, case.guard)
+            ends = self.exec_block(frame, case.body)
+            frame.fresh, frame.narrow = saved
+            if not ends:
+                states.append(frame.snapshot())
+            none_taken = none_taken or (kind == "none" and case.guard is None)
+            device_taken = device_taken or (kind == "device" and case.guard is None)
+        frame.merge([base, *states])
+
+    patch.setattr(Analyzer, "branch", branch)
+    patch.setattr(Analyzer, "match_block", match_block)

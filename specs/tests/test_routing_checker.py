@@ -31,6 +31,7 @@ from .routing_checker_mutants import (
     annotation_over_build,
     attribute_writes_forgotten,
     bool_values_are_flags,
+    branch_facts_end_with_the_branch,
     compiled_code_followed_as_plain,
     depth_first_mro,
     device_ids_checked_in_full_mode_only,
@@ -39,6 +40,7 @@ from .routing_checker_mutants import (
     external_base_answers_every_member,
     external_methods_take_the_input_as_data,
     fresh_positions_checked_in_full_mode_only,
+    handlers_and_managers_inherit_the_body_facts,
     host_reads_taken_as_fresh,
     import_module_is_data,
     inherited_embedding_forward_is_opaque,
@@ -188,6 +190,16 @@ def test_external_methods_handed_the_input_are_unknown(tmp_path: Path):
     (result,) = check_entry_points([EntryTarget("rck19", "rck19.model", "forward", True)], config).results
     assert result.error is None, result.error
     assert result.verdict is Verdict.UNKNOWN, result.verdict
+
+
+@pytest.mark.paid("RCK-20", before=handlers_and_managers_inherit_the_body_facts)
+def test_try_handlers_and_swallowing_managers_keep_only_the_facts_they_entered_with():
+    assert_zoo("facts through try and with", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-21", before=branch_facts_end_with_the_branch)
+def test_early_returns_in_elif_chains_and_match_cases_guard_what_follows():
+    assert_zoo("early returns in elif and match", {"honors", "ignores"})
 
 
 def i32(values: list[int]) -> torch.Tensor:

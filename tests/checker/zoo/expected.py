@@ -103,6 +103,18 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.compiled", "compiled_function"): ("unknown", "decorators and compiled code"),
     ("czoo.compiled", "compiled_module"): ("unknown", "decorators and compiled code"),
     ("czoo.compiled", "checkpointed_embedding"): ("unknown", "decorators and compiled code"),
+    ("czoo.control_flow", "try_device_kernel_then_host"): ("ignores", "facts through try and with"),
+    ("czoo.control_flow", "raise_into_host_handler"): ("ignores", "facts through try and with"),
+    ("czoo.control_flow", "try_device_path_reraises"): ("honors", "facts through try and with"),
+    ("czoo.control_flow", "try_both_paths_return"): ("honors", "facts through try and with"),
+    ("czoo.control_flow", "suppress_then_host"): ("ignores", "facts through try and with"),
+    ("czoo.control_flow", "own_manager_swallows_then_host"): ("ignores", "facts through try and with"),
+    ("czoo.control_flow", "guarded_suppress_then_host"): ("ignores", "facts through try and with"),
+    ("czoo.control_flow", "no_grad_early_return"): ("honors", "facts through try and with"),
+    ("czoo.control_flow", "elif_early_return"): ("honors", "early returns in elif and match"),
+    ("czoo.control_flow", "elif_returns_the_host_side"): ("ignores", "early returns in elif and match"),
+    ("czoo.control_flow", "match_device_case_returns"): ("honors", "early returns in elif and match"),
+    ("czoo.control_flow", "match_none_case_returns"): ("ignores", "early returns in elif and match"),
 }
 
 # The forwards whose model class comes from their factory's build function.
