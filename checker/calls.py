@@ -14,6 +14,7 @@ from tokenstate.checker.evaluate import element_of, host_kind
 from tokenstate.checker.frame import Event, Frame, Summary
 from tokenstate.checker.resolve import decorator_names
 from tokenstate.checker.values import (
+    NO_KEY,
     OPAQUE,
     RETURNS_SELF,
     Alt,
@@ -38,7 +39,9 @@ from tokenstate.checker.values import (
     carries_tokens,
     has_ids,
     join,
+    read_without_device_ids,
     taint,
+    with_item,
 )
 
 if TYPE_CHECKING:
@@ -75,6 +78,8 @@ class CallMixin:
         return Instance(inst.info, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
 
     def sink(self: Analyzer, frame: Frame, desc: str, ids: Value, node: ast.AST) -> None:
+        if frame.fresh:  # no device ids on this path: any host ids embedded here are this call's
+            ids = read_without_device_ids(ids)
         if has_ids(ids) or isinstance(taint(ids), Unknown) or any(
             isinstance(v, Unknown) for v in getattr(taint(ids), "options", ())
         ):
@@ -229,6 +234,13 @@ class CallMixin:
             if name in ("get", "pop"):
                 return self.read_cell(frame, base.name, node)
             return OPAQUE
+        if isinstance(base, MapV | Seq) and name in _FILLS and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            filled = _filled(base, name, args, kwargs, node)
+            if filled is not None and isinstance(node.func.value, ast.Name | ast.Attribute):
+                self.assign(frame, node.func.value, filled)  # the container, filled in place
+                if name != "setdefault":
+                    return OPAQUE
+                base = filled
         if isinstance(base, MapV):
             if name in ("get", "pop", "setdefault"):
                 key = node.args[0] if isinstance(node, ast.Call) and node.args else None
@@ -374,3 +386,28 @@ def _may_return_true(func: ast.AST) -> bool:
         and not (isinstance(node.value, ast.Constant) and node.value.value in (None, False))
         for node in ast.walk(func)
     )
+
+
+_FILLS = frozenset({"append", "insert", "extend", "update", "setdefault"})
+"""Container methods that put values into the container they are called on."""
+
+
+def _filled(base: MapV | Seq, name: str, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.Call) -> MapV | Seq | None:
+    """``base`` after ``base.<name>(*args, **kwargs)``, or None when ``name`` does not fill it."""
+    if isinstance(base, Seq):
+        if name in ("append", "insert") and args:
+            return with_item(base, NO_KEY, args[-1])
+        if name == "extend" and args:
+            return Seq(None, join(element_of(base), element_of(args[0])), base.pipeline)
+        return None
+    if name == "update":
+        filled: MapV = base
+        for arg in args:
+            filled = MapV(join(filled.values, arg.values if isinstance(arg, MapV) else element_of(arg)), None)
+        for key, value in kwargs:
+            filled = with_item(filled, key, value)  # type: ignore[assignment]
+        return filled
+    if name == "setdefault" and args:
+        key = node.args[0].value if isinstance(node.args[0], ast.Constant) else NO_KEY
+        return with_item(base, key, args[1] if len(args) > 1 else OPAQUE)
+    return None

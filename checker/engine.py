@@ -182,6 +182,10 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
     def entry_arguments(self, target: EntryTarget, func: Func) -> tuple[Value, ...]:
         params = [*func.info.node.args.posonlyargs, *func.info.node.args.args]
         frame = self.module_frame(self.sources.module(func.info.module))
+        if len(params) < 2 and func.info.node.args.vararg is not None:
+            # The runtime calls forward(model, inp): what the named parameters do not take, *args does.
+            annotation = params[0].annotation if params else None
+            return (self.model_value(frame, target, annotation), Input())
         inp_index = next(
             (i for i, p in enumerate(params) if p.arg == "inp" or _names_forward_input(p.annotation)),
             1,

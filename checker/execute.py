@@ -14,18 +14,26 @@ from tokenstate.checker.evaluate import element_of
 from tokenstate.checker.frame import Frame
 from tokenstate.checker.guards import Facts, meet
 from tokenstate.checker.values import (
+    NO_KEY,
     OPAQUE,
     Cell,
     ClassInfo,
     ClassRef,
+    External,
     Func,
     FuncInfo,
+    Input,
     Instance,
+    MapV,
+    Opaque,
     Seq,
     Tokens,
+    Unknown,
     Value,
     join,
+    stored_beyond_the_call,
     taint,
+    with_item,
 )
 
 if TYPE_CHECKING:
@@ -228,23 +236,47 @@ class StmtMixin:
         elif isinstance(target, ast.Starred):
             self.assign(frame, target.value, Seq(None, value))
         elif isinstance(target, ast.Attribute):
+            # An object's attribute outlives the call (the model's does): what is fresh in this call
+            # is not in the next one that reads it back. A constructor's object is new: nothing of
+            # an earlier call is in it.
+            kept = stored_beyond_the_call(value)
             if isinstance(target.value, ast.Name) and target.value.id == frame.self_name:
-                frame.self_writes[target.attr] = value
+                constructing = frame.func is not None and getattr(frame.func.node, "name", "") in _CONSTRUCTORS
+                frame.self_writes[target.attr] = value if constructing else kept
                 return
             base = self.eval(frame, target.value)
             if isinstance(base, Instance):
-                frame.record_writes(base.info, {target.attr: value})
-            elif isinstance(base, ClassRef):
+                frame.record_writes(base.info, {target.attr: kept})
+            elif isinstance(base, ClassRef):  # a scope (published for a block), as globals are
                 cell = self.class_cell_for(base.info, target.attr)
                 if cell is not None:
                     frame.write_cell(cell, value)
             elif isinstance(base, Cell) and base.kind == "local":
                 frame.write_cell(f"{base.name}.{target.attr}", value)
+            else:
+                self.stored_out_of_sight(frame, base, value, target)
         elif isinstance(target, ast.Subscript):
             base = self.eval(frame, target.value)
             self.eval(frame, target.slice)
             if isinstance(base, Cell) and base.kind == "stack":
                 frame.write_cell(base.name, value)
+            elif isinstance(base, MapV | Seq) and isinstance(target.value, ast.Name | ast.Attribute):
+                key = target.slice.value if isinstance(target.slice, ast.Constant) else NO_KEY
+                self.assign(frame, target.value, with_item(base, key, value))  # the container, filled
+            else:
+                self.stored_out_of_sight(frame, base, value, target)
+
+    def stored_out_of_sight(self: Analyzer, frame: Frame, base: Value, value: Value, node: ast.AST) -> None:
+        """The forward input or its tokens stored on an object the checker does not model (an
+        external one: ``types.SimpleNamespace()``, a config): read back later out of sight, so an
+        unresolved ``unknown`` route, never an inert one."""
+        if isinstance(base, External | Opaque | Unknown) and any(
+            isinstance(v, Input | Tokens) for v in getattr(value, "options", (value,))
+        ):
+            self.unresolved(frame, self.unknown(frame, "stores the forward input on an object the checker does not model", node), node)
+
+
+_CONSTRUCTORS = frozenset({"__init__", "__new__", "__post_init__"})
 
 
 def _device_pattern(pattern: ast.pattern) -> str | None:

@@ -11,6 +11,7 @@ Every value is immutable and hashable because it is part of the memo key of a fu
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -318,6 +319,54 @@ def taint(value: Value) -> Value:
     if isinstance(value, Bound) and value.name not in METADATA_ATTRS:
         return taint(value.base)
     return OPAQUE
+
+
+def _with_origins(value: Value, kind_map: dict[str, str], tokens_fresh: bool | None) -> Value:
+    if isinstance(value, Ids):
+        return Ids(frozenset(dataclasses.replace(o, kind=kind_map.get(o.kind, o.kind)) for o in value.origins))
+    if isinstance(value, Tokens) and value.kind == "host" and tokens_fresh is not None:
+        return Tokens("host", tokens_fresh)
+    if isinstance(value, Alt):
+        return join(*(_with_origins(v, kind_map, tokens_fresh) for v in value.options))
+    if isinstance(value, Seq):
+        items = None if value.items is None else tuple(_with_origins(v, kind_map, tokens_fresh) for v in value.items)
+        return Seq(items, _with_origins(value.elem, kind_map, tokens_fresh), value.pipeline)
+    if isinstance(value, MapV):
+        items = None if value.items is None else tuple((k, _with_origins(v, kind_map, tokens_fresh)) for k, v in value.items)
+        return MapV(_with_origins(value.values, kind_map, tokens_fresh), items)
+    return value
+
+
+def stored_beyond_the_call(value: Value) -> Value:
+    """``value`` as a later forward call reads it back from the model (or another object or cell
+    that outlives the call): host ids or tokens that were fresh in this call are not in the next."""
+    return _with_origins(value, {"host_fresh": "host"}, tokens_fresh=False)
+
+
+def read_without_device_ids(value: Value) -> Value:
+    """Ids used on a path of this call that has no device ids: their host origins are fresh here,
+    whenever they were read (the read itself, outside a guard, is reported where it happened)."""
+    return _with_origins(value, {"host": "host_fresh"}, tokens_fresh=None)
+
+
+NO_KEY = object()
+"""The key of an item write whose key is not a constant."""
+
+
+def with_item(container: MapV | Seq, key: object, value: Value) -> MapV | Seq:
+    """``container`` after ``container[key] = value`` (or ``append``, with ``NO_KEY``): the entry
+    is replaced where the key is a constant the container's known items hold, else joined in."""
+    if isinstance(container, MapV):
+        if container.items is None or key is NO_KEY:
+            return MapV(join(container.values, value), None)
+        kept = tuple((k, v) for k, v in container.items if not (k == key and type(k) is type(key)))
+        return MapV(join(container.values, value), (*kept, (key, value)))
+    items = container.items
+    if items is not None and type(key) is int and -len(items) <= key < len(items):
+        replaced = list(items)
+        replaced[key] = value
+        return Seq(tuple(replaced), join(container.elem, value), container.pipeline)
+    return Seq(None, join(*(items or ()), container.elem, value), container.pipeline)
 
 
 def has_ids(value: Value) -> bool:

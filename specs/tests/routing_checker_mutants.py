@@ -337,3 +337,44 @@ def branch_facts_end_with_the_branch(patch: MutantPatch) -> None:
 
     patch.setattr(Analyzer, "branch", branch)
     patch.setattr(Analyzer, "match_block", match_block)
+
+
+@mutant(
+    "RCK-22/stored-values-stay-fresh",
+    doc="Host ids or tokens taken under a freshness guard keep their freshness when stored on the "
+    "model: a later call that reads the cached ids back outside any guard embeds them as fresh.",
+)
+def stored_values_stay_fresh(patch: MutantPatch) -> None:
+    patch.setattr(execute_module, "stored_beyond_the_call", lambda value: value)
+
+
+@mutant(
+    "RCK-23/containers-filled-later-stay-empty",
+    doc="A dict or list filled after it is built (item assignment, append, update...) keeps the "
+    "value it was built with, and the input stored on an unmodelled object is dropped: the token "
+    "values put into them are never read back, and the forward is inert.",
+)
+def containers_filled_later_stay_empty(patch: MutantPatch) -> None:
+    patch.setattr(calls_module, "_FILLS", frozenset())
+    patch.setattr(execute_module, "with_item", lambda container, key, value: container)
+    patch.setattr(Analyzer, "stored_out_of_sight", lambda self, frame, base, value, node: None)
+
+
+@mutant(
+    "RCK-24/star-args-get-no-input",
+    doc="The entry point's forward input goes only to a named positional parameter: a pass-through "
+    "`def forward(model, *args)` is analysed with empty `args`, and the model it calls never sees "
+    "the input.",
+)
+def star_args_get_no_input(patch: MutantPatch) -> None:
+    original = Analyzer.entry_arguments
+
+    def entry_arguments(self, target, func):  # type: ignore[no-untyped-def]
+        node = func.info.node
+        vararg, node.args.vararg = node.args.vararg, None
+        try:
+            return original(self, target, func)
+        finally:
+            node.args.vararg = vararg
+
+    patch.setattr(Analyzer, "entry_arguments", entry_arguments)

@@ -115,6 +115,18 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.control_flow", "elif_returns_the_host_side"): ("ignores", "early returns in elif and match"),
     ("czoo.control_flow", "match_device_case_returns"): ("honors", "early returns in elif and match"),
     ("czoo.control_flow", "match_none_case_returns"): ("ignores", "early returns in elif and match"),
+    ("czoo.passthrough", "star_args_to_device_model"): ("honors", "pass-through *args"),
+    ("czoo.passthrough", "star_args_to_host_model"): ("ignores", "pass-through *args"),
+    ("czoo.passthrough", "star_args_and_kwargs_to_host_model"): ("ignores", "pass-through *args"),
+    ("czoo.stored", "cached_host_ids"): ("ignores", "host values stored beyond the call"),
+    ("czoo.stored", "cached_host_tokens"): ("ignores", "host values stored beyond the call"),
+    ("czoo.stored", "cached_and_used_under_the_guard"): ("honors", "host values stored beyond the call"),
+    ("czoo.stored", "dict_item_host_tokens"): ("ignores", "containers filled after they are built"),
+    ("czoo.stored", "list_appended_input"): ("ignores", "containers filled after they are built"),
+    ("czoo.stored", "dict_updated_tokens"): ("ignores", "containers filled after they are built"),
+    ("czoo.stored", "list_item_assigned_tokens"): ("ignores", "containers filled after they are built"),
+    ("czoo.stored", "namespace_attribute_input"): ("unknown", "containers filled after they are built"),
+    ("czoo.stored", "list_appended_device_ids"): ("honors", "containers filled after they are built"),
 }
 
 # The forwards whose model class comes from their factory's build function.
