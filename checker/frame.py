@@ -25,8 +25,9 @@ class Event:
     hops: tuple[Hop, ...]
 
     @property
-    def key(self) -> tuple[str, Hop, Value]:
-        return (self.kind, self.hops[-1], self.ids)
+    def key(self) -> tuple[str, Hop, Value, str]:
+        # the sink too: a host read embedded on its own line is two routes (the read, the embedding)
+        return (self.kind, self.hops[-1], self.ids, self.sink)
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class Frame:
     self_value: Value | None = None
     closure: dict[str, Value] = field(default_factory=dict)
     globals_declared: set[str] = field(default_factory=set)
-    events: dict[tuple[str, Hop, Value], Event] = field(default_factory=dict)
+    events: dict[tuple[str, Hop, Value, str], Event] = field(default_factory=dict)
     writes: dict[str, Value] = field(default_factory=dict)
     self_writes: dict[str, Value] = field(default_factory=dict)
     returns: list[Value] = field(default_factory=list)

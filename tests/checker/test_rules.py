@@ -125,3 +125,19 @@ CASES = {
 def test_rule(tmp_path: Path, case: str) -> None:
     body, expected = CASES[case]
     assert verdict_of(tmp_path, body) is expected
+
+
+def test_a_host_read_embedded_on_its_own_line_shows_the_embedding_route_first(tmp_path: Path) -> None:
+    """The read and the embedding of the same ids on one line are two routes, not one: the
+    embedding (the one to show) must not be folded into the plain read."""
+    root = tmp_path / "pkgs"
+    (root / "sameline").mkdir(parents=True)
+    (root / "sameline" / "__init__.py").write_text("")
+    (root / "sameline" / "model.py").write_text(
+        HEADER + "def forward(model, inp):\n    return guarded_embedding(inp.host_tokens.ids, None)\n"
+    )
+    config = CheckerConfig(search_paths=(root,), display_root=root)
+    (result,) = check_entry_points([EntryTarget("same", "sameline.model", "forward", True)], config).results
+    assert result.verdict is Verdict.IGNORES
+    assert result.routes[0].sink.endswith("guarded_embedding(ids)"), [r.sink for r in result.routes]
+    assert len(result.routes) == 2
