@@ -65,7 +65,7 @@ def assert_async_equals_sync(
         (``{"sync": ..., "async": ...}``) for your own engine.
 
     Raises:
-        AssertionError: a path diverged or raised a contract error (the message says where).
+        AssertionError: a path diverged, or raised (a contract error or its own), the message says where.
         tokenstate.contracts.ConfigError: a bad argument — a bad prompt included, which both paths
             would refuse alike (it is never reported as a divergence), and, with your own engine,
             an output that is not one token-id list per prompt.
@@ -143,7 +143,7 @@ def _describe_report(report: Any) -> str:
 
 
 def _assert_engine(generate: EngineGenerate, prompts: list[list[int]]) -> dict[str, list[list[int]]]:
-    from tokenstate.contracts import ConfigError, TokenStateError
+    from tokenstate.contracts import ConfigError
 
     outputs: dict[str, list[list[int]]] = {}
     for path, async_scheduling in (("sync", False), ("async", True)):
@@ -151,7 +151,7 @@ def _assert_engine(generate: EngineGenerate, prompts: list[list[int]]) -> dict[s
             got = generate([list(p) for p in prompts], async_scheduling)
         except ConfigError:
             raise
-        except TokenStateError as exc:
+        except Exception as exc:  # a contract error, or the engine's own (torch's IndexError at a placeholder)
             raise AssertionError(
                 f"async scheduling diverged from sync scheduling: the {path} path raised "
                 f"{type(exc).__name__}: {exc}"

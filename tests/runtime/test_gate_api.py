@@ -56,6 +56,17 @@ def test_a_contract_error_on_one_path_fails_with_its_message():
         assert_async_equals_sync(toy_factory(embed="raw"), num_requests=2, max_tokens=4)
 
 
+def test_an_own_engine_that_raises_on_one_path_fails_naming_that_path():
+    def generate(prompts, async_scheduling):
+        if async_scheduling:  # a plain nn.Embedding meeting a placeholder, say
+            raise IndexError("index out of range in self")
+        return [[7] for _ in prompts]
+
+    with pytest.raises(AssertionError, match=r"the async path raised IndexError: index out of range in self") as exc:
+        assert_async_equals_sync(generate, [[1]])
+    assert isinstance(exc.value.__cause__, IndexError)
+
+
 def test_own_engine_callable_divergence_names_the_token():
     def generate(prompts, async_scheduling):
         return [[7, 8, 9] if not async_scheduling or i else [7, 1, 9] for i, _ in enumerate(prompts)]
