@@ -157,6 +157,7 @@ class KimiLinear(nn.Module):
         self.vocab_size: int = config.vocab_size
         self.max_model_len: int = config.max_position_embeddings
         self.eos_token_id: int | None = config.eos_token_ids[0] if config.eos_token_ids else None
+        self.eos_token_ids: tuple[int, ...] = config.eos_token_ids  # every id of an eos list stops
         self.num_slots = 0
         self._has_mla = any(t != KDA for t in config.layer_types)
         self._has_kda = KDA in config.layer_types

@@ -128,6 +128,7 @@ class NemotronHForCausalLM(nn.Module):
         self.vocab_size: int = settings["vocab_size"]
         self.max_model_len: int = settings["max_position_embeddings"]
         self.eos_token_id: int | None = settings["eos_token_id"]
+        self.eos_token_ids: tuple[int, ...] = settings["eos_token_ids"]  # every id of an eos list stops
         self.requires_grad_(False)  # inference only: state updates must not build autograd graphs
 
     def compute_logits(self, inp: ForwardInput) -> Tensor:

@@ -213,6 +213,8 @@ def parse_nemotron_h_config(config: Mapping[str, Any]) -> dict[str, Any]:
         float(values["time_step_limit"][0]),
         float(values["time_step_limit"][1]),
     )
-    if isinstance(values["eos_token_id"], list):
-        values["eos_token_id"] = values["eos_token_id"][0]
+    eos = values["eos_token_id"]
+    values["eos_token_ids"] = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+    if isinstance(eos, list):
+        values["eos_token_id"] = eos[0] if eos else None
     return values

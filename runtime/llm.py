@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -206,6 +207,29 @@ def _build_or_load(
     return factory, factory.build_preset(preset, device=device)
 
 
+def _eos_token_ids(built: Any, source: object) -> tuple[int, ...]:
+    """The ids that end a request (unless ``ignore_eos``): the model's ``eos_token_ids`` (an HF
+    ``eos_token_id`` list), else its ``eos_token_id``; for a checkpoint directory whose
+    ``generation_config.json`` names ``eos_token_id``, those — what HF ``generate`` stops on."""
+    ids = getattr(built, "eos_token_ids", None)
+    if ids is None:
+        ids = () if built.eos_token_id is None else (built.eos_token_id,)
+    where = "the model's eos_token_ids"
+    if isinstance(source, str | os.PathLike) and Path(source).is_dir():
+        generation = Path(source) / "generation_config.json"
+        if generation.is_file():
+            try:
+                eos = json.loads(generation.read_text(encoding="utf-8")).get("eos_token_id")
+            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
+                raise ConfigError(f"{generation}: not a UTF-8 JSON object ({exc}).") from exc
+            if eos is not None:
+                ids, where = (tuple(eos) if isinstance(eos, list) else (eos,)), f"{generation}: eos_token_id"
+    vocab = built.vocab_size
+    if not all(isinstance(t, Integral) and not isinstance(t, bool) and 0 <= t < vocab for t in ids):
+        raise ConfigError(f"{where} {list(ids)!r}: every stop id must be an int in [0, vocab_size={vocab}).")
+    return tuple(int(t) for t in ids)
+
+
 def _looks_like_path(name: str) -> bool:
     return os.sep in name or "/" in name or name.startswith((".", "~"))
 
@@ -318,6 +342,7 @@ class LLM:
                 f"model {self.factory.name!r}: the built model lacks vocab_size / max_model_len / "
                 "eos_token_id / allocate_slots / reset_slot (see ServableModel)."
             )
+        self._eos_token_ids = _eos_token_ids(self.model, model)
         spec = SpeculativeConfig.parse(
             speculative, model=self.factory.name, supported=self.factory.supports_speculative
         )
@@ -457,7 +482,7 @@ class LLM:
     def _request(self, request_id: int, prompt: tuple[int, ...], params: SamplingParams) -> Request:
         seed = params.seed if params.seed is not None else self._derived_seed()
         self._num_requests += 1
-        return Request(request_id, prompt, params, seed, self.model.eos_token_id)
+        return Request(request_id, prompt, params, seed, self._eos_token_ids)
 
     @_serialized
     def has_unfinished_requests(self) -> bool:

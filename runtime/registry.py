@@ -49,7 +49,7 @@ class ServableModel(Protocol):
 
     vocab_size: int
     max_model_len: int
-    eos_token_id: int | None
+    eos_token_id: int | None  # a model may also set ``eos_token_ids`` (a tuple): every one stops a request
 
     def allocate_slots(self, num_slots: int) -> None:
         """Allocate per-slot KV/recurrent state for ``num_slots`` requests on the model's device."""

@@ -28,7 +28,7 @@ class Request:
     prompt: tuple[int, ...]
     params: SamplingParams
     seed: int  # effective sampling seed (the params' seed, or one derived from the engine seed)
-    eos_token_id: int | None
+    eos_token_ids: tuple[int, ...]  # the model's stop ids (an HF eos list may hold several)
     # Resolved tokens only, never a placeholder; origins[i] says where output_token_ids[i] was sampled.
     output_token_ids: list[int] = field(default_factory=list)
     origins: list[TokenOrigin] = field(default_factory=list)

@@ -370,7 +370,7 @@ class Scheduler:
 
     def _stop_reason(self, req: Request, token: int) -> FinishReason | None:
         params = req.params
-        if (token == req.eos_token_id and not params.ignore_eos) or token in params.stop_token_ids:
+        if (token in req.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids:
             return "stop"
         if len(req.output_token_ids) >= params.max_tokens or req.num_known >= self.max_model_len:
             return "length"

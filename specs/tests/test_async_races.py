@@ -44,7 +44,7 @@ def _tokens(*values: int) -> np.ndarray:
 @pytest.mark.paid("ASY-8", before=record_into_lost_slot)
 def test_a_late_token_is_never_recorded_into_a_slot_its_request_lost():
     scheduler = Scheduler(max_num_seqs=1, max_num_batched_tokens=16, max_model_len=64)
-    first = Request(0, (3, 4, 5), GREEDY, 0, None)
+    first = Request(0, (3, 4, 5), GREEDY, 0, ())
     scheduler.add(first)
     scheduler.update(scheduler.schedule(), _tokens(9))  # prefill: first now decodes in slot 0
     in_flight = scheduler.schedule()  # its decode row; on the async path the token is in flight
@@ -52,7 +52,7 @@ def test_a_late_token_is_never_recorded_into_a_slot_its_request_lost():
     update = scheduler.update(in_flight, _tokens(11))
     assert update.kept.tolist() == [True] and first.output_token_ids == [9, 11]  # still its token
     assert update.record.tolist() == [False]  # ... but never written into slot 0's host row
-    newcomer = Request(1, (6, 7, 8, 9, 10), GREEDY, 0, None)
+    newcomer = Request(1, (6, 7, 8, 9, 10), GREEDY, 0, ())
     scheduler.add(newcomer)
     resumed = scheduler.schedule()
     assert [r.request.request_id for r in resumed.rows] == [0] and first.prefill_len == 5
@@ -92,7 +92,7 @@ def test_a_request_preempted_with_drafts_in_flight_rolls_nothing_back():
     scheduler = Scheduler(
         max_num_seqs=1, max_num_batched_tokens=16, max_model_len=64, num_speculative_tokens=2
     )
-    req = Request(0, (3, 4, 5, 3, 4), GREEDY, 0, None)
+    req = Request(0, (3, 4, 5, 3, 4), GREEDY, 0, ())
     scheduler.add(req)
     scheduler.update(scheduler.schedule(), _tokens(5))
     drafting = scheduler.schedule()

@@ -20,7 +20,7 @@ def test_an_engine_from_a_config_serves_what_llm_serves(async_scheduling):
     stats = EngineStats()
     engine = Engine(factory, factory.build_preset(next(iter(factory.presets))), config, stats)
     params = SamplingParams(max_tokens=6, ignore_eos=True)
-    requests = [Request(i, p, params, seed=i, eos_token_id=None) for i, p in enumerate(PROMPTS)]
+    requests = [Request(i, p, params, seed=i, eos_token_ids=()) for i, p in enumerate(PROMPTS)]
     for req in requests:
         engine.add(req)
     finished = []

@@ -22,7 +22,7 @@ def _async_decode_step():
     sched = Scheduler(max_num_seqs=2, max_num_batched_tokens=7, max_model_len=32)
     table = HostTokenTable(2, 32)
     for i, prompt in enumerate(((10, 11, 12, 13), (20, 21, 22, 23, 24, 25))):
-        sched.add(Request(i, prompt, SamplingParams(), seed=0, eos_token_id=None))
+        sched.add(Request(i, prompt, SamplingParams(), seed=0, eos_token_ids=()))
     first = sched.schedule()  # request 0 whole (4), request 1 first chunk (3)
     for req in first.admitted:
         table.admit(req)
@@ -65,7 +65,7 @@ def test_fallback_refresh_needs_the_resolved_token_and_then_is_fresh():
 def test_sync_step_is_never_stale():
     sched = Scheduler(max_num_seqs=1, max_num_batched_tokens=8, max_model_len=32)
     table = HostTokenTable(1, 32)
-    sched.add(Request(0, (3, 4, 5), SamplingParams(), seed=0, eos_token_id=None))
+    sched.add(Request(0, (3, 4, 5), SamplingParams(), seed=0, eos_token_ids=()))
     batch = sched.schedule()
     table.admit(batch.admitted[0])
     step = prepare_inputs(batch, table, spliced=False)
@@ -76,5 +76,5 @@ def test_sync_step_is_never_stale():
 def test_table_admit_wipes_the_previous_occupant():
     table = HostTokenTable(1, 8)
     table.ids[0, :] = 9
-    table.admit(Request(0, (1, 2), SamplingParams(), seed=0, eos_token_id=None, slot=0))
+    table.admit(Request(0, (1, 2), SamplingParams(), seed=0, eos_token_ids=(), slot=0))
     assert table.ids[0].tolist() == [1, 2] + [PLACEHOLDER] * 6

@@ -32,7 +32,7 @@ def test_admit_reseeds_only_the_admitted_slots():
         (1, 2, 3),
         SamplingParams(temperature=0.5, top_k=4, top_p=0.9),
         seed=2**62 + 3,
-        eos_token_id=None,
+        eos_token_ids=(),
         slot=1,
         prefill_len=3,
     )
@@ -54,7 +54,7 @@ def test_admit_seeds_the_history_with_everything_the_host_knows():
     """A request resumed after preemption re-prefills its prompt and its resolved output."""
     mirror = DeviceMirror(2, CpuStream(), max_model_len=8)
     params = SamplingParams(repetition_penalty=1.5, presence_penalty=0.25, frequency_penalty=0.5)
-    req = Request(0, (4, 5), params, seed=0, eos_token_id=None, slot=1, prefill_len=4)
+    req = Request(0, (4, 5), params, seed=0, eos_token_ids=(), slot=1, prefill_len=4)
     req.output_token_ids.extend([6, 7])
     mirror.admit([req])
     mirror.stream.synchronize()
@@ -69,7 +69,7 @@ def _prefill_rows(prompts: tuple[tuple[int, ...], ...], *, spliced: bool = False
     sched = Scheduler(max_num_seqs=len(prompts), max_num_batched_tokens=64, max_model_len=16)
     table = HostTokenTable(len(prompts), 16)
     for i, prompt in enumerate(prompts):
-        sched.add(Request(i, prompt, SamplingParams(), seed=0, eos_token_id=None))
+        sched.add(Request(i, prompt, SamplingParams(), seed=0, eos_token_ids=()))
     batch = sched.schedule()
     for req in batch.admitted:
         table.admit(req)

@@ -17,7 +17,7 @@ from tokenstate.runtime.scheduler import Request
 def test_host_learns_sampled_tokens_one_step_late_only_on_the_async_path(async_scheduling):
     llm = LLM(toy_factory(), async_scheduling=async_scheduling)
     engine = llm._engine
-    request = Request(0, (5, 6, 7), SamplingParams(max_tokens=4), seed=0, eos_token_id=None)
+    request = Request(0, (5, 6, 7), SamplingParams(max_tokens=4), seed=0, eos_token_ids=())
     engine.add(request)
     known_after_step = []
     while engine.has_unfinished:
@@ -37,7 +37,7 @@ def test_a_decode_row_is_prepared_before_the_host_knows_its_token():
     llm = LLM(toy_factory(), max_num_seqs=1)
     engine = llm._engine
     runner = engine.runner
-    request = Request(0, (9, 8), SamplingParams(max_tokens=3), seed=0, eos_token_id=None)
+    request = Request(0, (9, 8), SamplingParams(max_tokens=3), seed=0, eos_token_ids=())
     engine.add(request)
     engine.step()  # the prefill step: launched, its token still in flight
     batch = engine.scheduler.schedule()  # the decode row, prepared before that token resolved

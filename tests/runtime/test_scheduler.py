@@ -11,7 +11,7 @@ from tokenstate.runtime.scheduler import Request, Scheduler
 
 def make(request_id: int, prompt_len: int, eos: int | None = None, **params) -> Request:
     prompt = tuple(range(1, prompt_len + 1))
-    return Request(request_id, prompt, SamplingParams(**params), seed=0, eos_token_id=eos)
+    return Request(request_id, prompt, SamplingParams(**params), seed=0, eos_token_ids=() if eos is None else (eos,))
 
 
 def shape(batch) -> list[tuple[int, int, int, bool]]:

@@ -69,7 +69,7 @@ def test_the_audit_names_a_host_table_entry_that_no_longer_matches_the_request()
 
 
 def test_the_watchdog_counts_only_steps_without_progress():
-    req = Request(4, (1, 2, 3), SamplingParams(max_tokens=3), 0, None)
+    req = Request(4, (1, 2, 3), SamplingParams(max_tokens=3), 0, ())
     dog = ProgressWatchdog(3)
     for _ in range(2):
         dog.after_step([req], 0)  # the first step sees the request: progress; then one idle step
