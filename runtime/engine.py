@@ -136,7 +136,9 @@ class Engine:
 
     def abort(self) -> None:
         """Forget every request and the in-flight step (after an error aborted a generate call)."""
-        self.runner.abort()
-        self._in_flight = None
-        self.scheduler.abort_all()
-        self.watchdog.reset()
+        try:
+            self.runner.abort()  # a stream that is gone raises here: the requests go all the same
+        finally:
+            self._in_flight = None
+            self.scheduler.abort_all()
+            self.watchdog.reset()

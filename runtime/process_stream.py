@@ -46,12 +46,13 @@ waits for the device, the host polls the reply pipe for up to 2 ms before it sle
 from __future__ import annotations
 
 import atexit
+import contextlib
 import copyreg
 import io
-import mmap
 import os
 import pickle
 import select
+import signal
 import sys
 import time
 import warnings
@@ -114,14 +115,15 @@ class _SharedBuffer:
     process inherits the mapping of one made before the fork and opens a later one through
     ``/proc/<host pid>/fd`` the first time a task names it."""
 
-    __slots__ = ("fd", "map", "nbytes", "tensor")
+    __slots__ = ("fd", "nbytes", "tensor")
 
     def __init__(self, numel: int, dtype: torch.dtype) -> None:
         self.nbytes = max(1, numel) * torch.empty((), dtype=dtype).element_size()
         self.fd = os.memfd_create("tokenstate-host-buffer", os.MFD_CLOEXEC)
         os.ftruncate(self.fd, self.nbytes)
-        self.map = mmap.mmap(self.fd, self.nbytes)
-        self.tensor = torch.frombuffer(self.map, dtype=dtype, count=numel)  # [numel]
+        # torch maps the file shared and keeps no descriptor of its own (an ``mmap.mmap`` would
+        # keep a duplicate that only the mapping's last tensor frees): close() frees the one fd.
+        self.tensor = torch.from_file(f"/proc/self/fd/{self.fd}", shared=True, size=max(1, numel), dtype=dtype)[:numel]  # [numel]
 
     def close(self) -> None:
         os.close(self.fd)
@@ -197,7 +199,7 @@ class _Link:
     without holding the stream (or the runner it references) alive.
     """
 
-    __slots__ = ("closed", "commands", "outbox", "owner", "pid", "replies", "shared")
+    __slots__ = ("closed", "commands", "outbox", "owner", "pid", "replies", "shared", "why_closed")
 
     def __init__(self) -> None:
         self.commands: Connection | None = None
@@ -205,6 +207,7 @@ class _Link:
         self.pid: int | None = None
         self.owner = os.getpid()  # the host: a process forked from it inherits this link, not its device
         self.closed = False
+        self.why_closed = "its device process is gone"  # said by every later call
         self.outbox: list[bytes] = []  # framed messages not yet sent (see ProcessStream._post)
         self.shared: dict[int, _SharedBuffer] = {}  # storage address -> buffer
 
@@ -346,7 +349,7 @@ class ProcessStream:
     def submit(self, fn: Callable[..., object], *args: Any) -> None:
         if self._link.commands is None:
             if self._link.closed:
-                raise TokenStateError("process stream: closed, its device process is gone; start a new LLM.")
+                raise self._closed_error()
             raise ConfigError("process stream: a task was submitted before start() forked the device process.")
         self._post(b"t" + dumps(_HostPickler, (self._submitted, get_checks_mode(), fn, args), self))
         self._submitted += 1
@@ -385,15 +388,25 @@ class ProcessStream:
             )
         self._link.outbox.append(len(message).to_bytes(4, "little") + message)
 
+    def _closed_error(self) -> TokenStateError:
+        return TokenStateError(f"process stream: closed ({self._link.why_closed}); start a new LLM.")
+
     def _flush(self) -> None:
         if not self._link.outbox:
             return
-        batch, self._link.outbox = b"".join(self._link.outbox), []
-        self._send(batch)
+        try:
+            batch, self._link.outbox = b"".join(self._link.outbox), []
+            self._send(batch)
+        except BaseException:
+            if not self._link.closed:
+                # Ctrl-C inside the write (or just before it): how much of the batch went out is
+                # unknown, and the device process may wait for the rest forever.
+                _abandon(self._link, "interrupted while sending to the device process")
+            raise
 
     def _send(self, message: bytes) -> None:
         if self._link.commands is None:
-            raise TokenStateError("process stream: closed, its device process is gone; start a new LLM.")
+            raise self._closed_error()
         try:
             self._link.commands.send_bytes(message)
         except OSError as exc:
@@ -414,7 +427,7 @@ class ProcessStream:
         spin_until = None
         while self._passed < index:
             if self._link.replies is None:
-                raise TokenStateError("process stream: closed; start a new LLM.")
+                raise self._closed_error()
             if self._spin and not self._replies_ready():
                 # Poll before sleeping (see host_wait_mode): the answer usually comes within a step.
                 now = time.perf_counter()
@@ -428,7 +441,12 @@ class ProcessStream:
     def _handle(self, replies: Connection) -> None:
         try:
             message = replies.recv_bytes()
-        except EOFError as exc:
+        except BaseException as exc:
+            if not isinstance(exc, EOFError):
+                # Ctrl-C between a reply's header and its body: the pipe is out of step, and the
+                # next read would wait for a header that is never coming.
+                _abandon(self._link, "interrupted while reading a reply of the device process")
+                raise
             _shut_down(self._link)
             raise TokenStateError(
                 "process stream: the device process exited (it crashed or was killed); its output "
@@ -481,6 +499,18 @@ def _shut_down(link: _Link) -> None:
             os.waitpid(pid, 0)
         except ChildProcessError:
             pass
+
+
+def _abandon(link: _Link, why: str) -> None:
+    """Give the device process up at once — its pipe is out of step, so it can be told nothing —
+    and say ``why`` in every later call."""
+    pid = link.pid
+    link.why_closed, link.closed, link.outbox, link.pid = why, True, [], None
+    _close_pipes(link)
+    if pid is not None and link.owner == os.getpid():
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
 
 
 def _close_pipes(link: _Link) -> None:

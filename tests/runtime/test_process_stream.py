@@ -270,3 +270,50 @@ def test_a_killed_device_process_is_reported_once_and_the_engine_says_it_is_clos
     assert raised.value.__context__ is None or not isinstance(raised.value.__context__, TokenStateError)
     with pytest.raises(TokenStateError, match="process stream: closed"):
         llm.generate(PROMPTS[:2], params)
+
+
+@pytest.mark.parametrize("where", ["reading a reply", "sending"])
+def test_an_interrupt_inside_a_pipe_message_never_hangs_and_the_engine_says_why_it_closed(where) -> None:
+    """Ctrl-C between a message's header and its body leaves the pipe out of step: the engine
+    gives the device process up at once (no wait on a reply that cannot come) and says so."""
+    llm = LLM("tiny-llama", max_num_seqs=2, cpu_stream="process")
+    params = SamplingParams(max_tokens=6, ignore_eos=True)
+    llm.generate(PROMPTS[:2], params)
+    link = llm._engine.runner.stream._link
+    pid = link.pid
+    conn = link.replies if where == "reading a reply" else link.commands
+    method = "_recv" if where == "reading a reply" else "_send"
+    original = getattr(conn, method)
+    armed = [True]
+
+    def interrupted(*args):  # a SIGINT handled between the frame's two reads (or writes)
+        result = original(*args)
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt
+        return result
+
+    setattr(conn, method, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate(PROMPTS[:2], params)
+    with pytest.raises(TokenStateError, match=rf"process stream: closed \(interrupted while {where}.*start a new LLM"):
+        llm.generate(PROMPTS[:2], params)
+    assert not llm.has_unfinished_requests()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # the device process was stopped and reaped
+
+
+def test_close_releases_every_descriptor_of_the_shared_buffers_while_the_llm_is_still_referenced() -> None:
+    """A server may keep closed engines around: ``close()`` itself must free their descriptors."""
+    def memfds() -> int:
+        return sum("tokenstate-host-buffer" in os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                   if os.path.exists(f"/proc/self/fd/{fd}"))
+
+    before = memfds()
+    kept = []
+    for _ in range(3):
+        llm = LLM("tiny-llama", max_num_seqs=2, cpu_stream="process")
+        llm.generate(PROMPTS[:2], SamplingParams(max_tokens=3, ignore_eos=True))
+        llm.close()
+        kept.append(llm)
+    assert memfds() == before
