@@ -99,8 +99,10 @@ class SamplingParams:
         ignore_eos: keep generating past the model's EOS token.
         repetition_penalty: ``> 0``; ``1`` is off. Every token already in the prompt or the output
             has its logit divided by it when positive, multiplied by it when negative.
-        presence_penalty: subtracted once from the logit of every token already generated.
-        frequency_penalty: subtracted from each token's logit once per time it was generated.
+        presence_penalty: subtracted once from the logit of every token already generated; in
+            ``[-2, 2]``, as in vLLM and the OpenAI API.
+        frequency_penalty: subtracted from each token's logit once per time it was generated; in
+            ``[-2, 2]``.
         bad_words: token-id sequences that must never be generated: a one-token word is always
             banned; a longer word bans its last token whenever the output so far ends with the
             word's other tokens. ``None`` (vLLM's default) is none. Words whose last tokens cover
@@ -161,8 +163,10 @@ class SamplingParams:
             )
         object.__setattr__(self, "stop_token_ids", stops)
         _require_float("repetition_penalty", self.repetition_penalty, positive=True)
-        _require_float("presence_penalty", self.presence_penalty)
-        _require_float("frequency_penalty", self.frequency_penalty)
+        for name in ("presence_penalty", "frequency_penalty"):
+            _require_float(name, getattr(self, name))
+            if not -2.0 <= getattr(self, name) <= 2.0:  # vLLM's and OpenAI's range
+                raise ConfigError(f"SamplingParams.{name} must lie in [-2, 2], got {getattr(self, name)!r}.")
         object.__setattr__(self, "bad_words", _bad_words(self.bad_words))
 
     @property

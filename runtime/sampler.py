@@ -112,7 +112,10 @@ def sample(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
     greedy_pick = _greedy(logits)  # [rows] int64
     is_greedy = rows.temperature == 0  # [rows] bool
     temperature = torch.where(is_greedy, torch.ones_like(rows.temperature), rows.temperature)
-    scaled = logits / temperature.unsqueeze(1)  # [rows, vocab]
+    # The row's best logit subtracted first: every scaled logit is then <= 0 whatever the
+    # temperature (a tiny one sends the rest to -inf, never the best to inf: no NaN in softmax).
+    best = logits.amax(dim=1, keepdim=True)  # [rows, 1]
+    scaled = (logits - best) / temperature.unsqueeze(1)  # [rows, vocab]
     if rows.any_filter:
         scaled = _filter_top_k_top_p(scaled, rows.top_k, rows.top_p)
     probs = _softmax_rows(scaled)  # [rows, vocab]

@@ -214,6 +214,9 @@ def test_a_prompt_may_be_a_1d_integer_array_or_tensor_as_a_tokenizer_returns_it(
         ({"seed": -3}, "seed must be an int >= 0"),
         ({"stop_token_ids": 7}, "stop_token_ids must be a sequence of token ids"),
         ({"ignore_eos": 1}, "ignore_eos must be a bool"),
+        # vLLM's (and OpenAI's) range: beyond it a penalty overflows float32 logits into NaN
+        ({"presence_penalty": 1e39}, r"presence_penalty must lie in \[-2, 2\], got 1e\+39"),
+        ({"frequency_penalty": -2.5}, r"frequency_penalty must lie in \[-2, 2\], got -2.5"),
     ],
 )
 def test_invalid_sampling_params(kwargs, message):
@@ -359,3 +362,14 @@ def test_an_llm_inherited_by_a_forked_process_is_refused_there():
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert llm.generate([[5, 6]], params)[0].token_ids == expected
+
+
+def test_a_temperature_below_float32_range_samples_the_greedy_tokens():
+    """Sampling at a vanishing temperature is greedy in the limit; it must never turn the logits
+    into NaN (1e-40 is a float32 subnormal: dividing by it overflows every logit to inf)."""
+    llm = LLM(toy_factory(), async_scheduling=False)
+    prompts = [[5, 6, 7], [9, 3]]
+    greedy = [o.token_ids for o in llm.generate(prompts, SamplingParams(max_tokens=8, ignore_eos=True))]
+    for temperature in (1e-40, 1e-30):
+        cold = SamplingParams(max_tokens=8, ignore_eos=True, temperature=temperature, seed=3)
+        assert [o.token_ids for o in llm.generate(prompts, cold)] == greedy, temperature
