@@ -2,7 +2,7 @@
 
 Per head, with key channels ``i`` and value channels ``j``, for each token ``t``::
 
-    q, k, v   = silu(short causal depthwise conv over time of (W_q x, W_k x, W_v x))
+    q, k, v   = act(short causal depthwise conv over time of (W_q x, W_k x, W_v x))  (act: hidden_act, silu in Kimi)
     q, k      = l2-normalised per head; q scaled by d_k ** -0.5
     g_t       = -exp(A_log) * softplus(W_fb W_fa x_t + dt_bias)     # per key channel, <= 0
     beta_t    = sigmoid(W_b x_t)                                     # per head write strength
@@ -22,6 +22,7 @@ split again by the weight map in :mod:`tokenstate.models.kimi_linear`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +33,7 @@ from torch import Tensor, nn
 from tokenstate.contracts import BatchLayout, ConfigError, ContractViolation, ForwardInput, RowSpan
 from tokenstate.models.draft_checkpoints import DraftGroup, DraftPlan, StateCheckpoints
 from tokenstate.models.fused_linear import FusedProjection
+from tokenstate.models.layers import ACTIVATIONS
 from tokenstate.models.step_plan import PlanPart, part_tensors, upload_part
 
 __all__ = [
@@ -119,9 +121,11 @@ def plan_recurrent_groups(layout: BatchLayout, *, num_slots: int) -> PlanPart:
 
 
 def short_conv(
-    x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor
+    x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
+    act: Callable[[torch.Tensor], torch.Tensor] = F.silu,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Causal depthwise conv + silu of rows that all have ``L`` new tokens.
+    """Causal depthwise conv + activation (the config's ``hidden_act``, as HF applies it) of rows
+    that all have ``L`` new tokens.
 
     Args:
         x: ``[rows, channels, L]`` new inputs.
@@ -133,7 +137,7 @@ def short_conv(
     """
     window = torch.cat([conv_state, x], dim=-1)  # [rows, channels, K - 1 + L]
     out = F.conv1d(window, weight.unsqueeze(1), groups=weight.shape[0])  # [rows, channels, L]
-    return F.silu(out), window[..., window.shape[-1] - conv_state.shape[-1] :]
+    return act(out), window[..., window.shape[-1] - conv_state.shape[-1] :]
 
 
 def delta_rule_scan(
@@ -178,9 +182,13 @@ class KimiDeltaAttention(nn.Module):
     """One KDA layer; per-slot conv and recurrent state are sized by :meth:`allocate_slots`."""
 
     def __init__(
-        self, hidden_size: int, num_heads: int, head_dim: int, conv_kernel: int, rms_norm_eps: float
+        self, hidden_size: int, num_heads: int, head_dim: int, conv_kernel: int, rms_norm_eps: float,
+        act: str = "silu",
     ) -> None:
         super().__init__()
+        if act not in ACTIVATIONS:
+            raise ConfigError(f"hidden_act {act!r} is not supported; use one of {sorted(ACTIVATIONS)}.")
+        self.conv_act = ACTIVATIONS[act]  # HF applies the config's hidden_act to the short conv
         self.num_heads = num_heads
         self.head_dim = head_dim
         self.conv_kernel = conv_kernel
@@ -246,7 +254,7 @@ class KimiDeltaAttention(nn.Module):
             rows, length = group.num_rows, group.length
             chunk = mixed[group.tokens].view(rows, length, -1).transpose(1, 2)  # [G, 3 * inner, L]
             conv_out, conv_state[group.slots] = short_conv(
-                chunk, conv_state[group.slots], self.conv_weight
+                chunk, conv_state[group.slots], self.conv_weight, self.conv_act
             )  # [G, 3 * inner, L]
             q, k, v = conv_out.transpose(1, 2).float().reshape(rows, length, 3, heads, d).unbind(2)
             out, recurrent_state[group.slots] = delta_rule_scan(
@@ -279,7 +287,7 @@ class KimiDeltaAttention(nn.Module):
         for position in range(group.length):
             idx = group.tokens(position)  # [G]
             conv_out, conv_state[slots] = short_conv(
-                mixed[idx].unsqueeze(-1), conv_state[slots], self.conv_weight
+                mixed[idx].unsqueeze(-1), conv_state[slots], self.conv_weight, self.conv_act
             )  # [G, 3 * inner, 1]
             q, k, v = conv_out.squeeze(-1).float().view(-1, 3, heads, d).unbind(1)  # [G, heads, d] each
             out, recurrent_state[slots] = delta_rule_scan(

@@ -106,7 +106,8 @@ class KimiDecoderLayer(nn.Module):
         self.self_attn: KimiDeltaAttention | MultiHeadLatentAttention
         if c.layer_types[index] == KDA:
             self.self_attn = KimiDeltaAttention(
-                c.hidden_size, c.linear_num_heads, c.linear_head_dim, c.linear_conv_kernel_dim, c.rms_norm_eps
+                c.hidden_size, c.linear_num_heads, c.linear_head_dim, c.linear_conv_kernel_dim, c.rms_norm_eps,
+                act=c.hidden_act,
             )
         else:
             self.self_attn = MultiHeadLatentAttention(

@@ -8,6 +8,7 @@ Every model in :mod:`tokenstate.models` composes these. Parameter names follow H
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -95,9 +96,12 @@ class GatedMLP(nn.Module):
         super().__init__()
         if act not in ACTIVATIONS:
             raise ConfigError(f"hidden_act {act!r} is not supported; use one of {sorted(ACTIVATIONS)}.")
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        with warnings.catch_warnings():
+            # A zero-width MLP (Kimi's n_shared_experts=0) keeps HF's zero-size tensors, uninitialised.
+            warnings.filterwarnings("ignore", "Initializing zero-element tensors is a no-op")
+            self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+            self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+            self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
         self.act = ACTIVATIONS[act]
         self.intermediate_size = intermediate_size
         self._gate_up = FusedProjection()  # gate and up in one matmul (weights stay HF-named)
@@ -107,6 +111,8 @@ class GatedMLP(nn.Module):
         self._block_op: int | None = None
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.intermediate_size == 0:  # no hidden units: down_proj's bias (or zeros), as HF computes
+            return self.down_proj(x.new_zeros(*x.shape[:-1], 0))
         if self._block_op is not None and torch.compiler.is_compiling() and x.dim() == 2:
             if self._gate_up.opaque_in_graph() and self._down.opaque_in_graph():
                 return opaque_call(self._block_op, (x,), (x.shape[1],))  # [num_tokens, hidden]
