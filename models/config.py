@@ -35,7 +35,7 @@ REQUIRED: Final = object()
 # (their types are not ours to police) and dropped.
 HF_BOOKKEEPING_FIELDS: Final[frozenset[str]] = frozenset(
     {
-        "_name_or_path", "add_cross_attention", "architectures", "attention_dropout",
+        "_name_or_path", "add_cross_attention", "architectures", "attention_dropout", "auto_map",
         "bad_words_ids", "chunk_size_feed_forward", "cross_attention_hidden_size",
         "decoder_start_token_id", "diversity_penalty", "do_sample", "dtype", "early_stopping",
         "encoder_no_repeat_ngram_size", "finetuning_task", "forced_bos_token_id",

@@ -103,6 +103,9 @@ def _tensors_in(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Path
     return found
 
 
+_STALE_BUFFER = "rotary_emb.inv_freq"
+
+
 def load_state(
     module: nn.Module, path: str | Path, *, aliases: Mapping[str, str] | None = None, model: str = "model"
 ) -> None:
@@ -126,6 +129,8 @@ def load_state(
         ghosts = sorted(set(_weight_map(index)) - set(found))
         if ghosts:
             raise ConfigError(f"{index} names tensors its shards do not hold: {', '.join(ghosts[:8])}.")
+    # Old conversions kept rotary inverse frequencies, a buffer computed from the config: HF skips it.
+    found = {n: v for n, v in found.items() if not (n.endswith(_STALE_BUFFER) and n not in expected)}
     missing = sorted(n for n in expected if n not in found and n not in aliases)
     unexpected = sorted(n for n in found if n not in expected)
     misshaped = sorted(

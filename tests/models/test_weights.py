@@ -211,3 +211,27 @@ def test_a_config_that_is_not_utf8_is_refused(tmp_path):
     (tmp_path / "config.json").write_bytes(b"\xff\xfe{\x00}")
     with pytest.raises(ConfigError, match=r"config.json: not valid UTF-8 JSON"):
         llama.load(tmp_path, device="cpu")
+
+
+def test_fields_of_published_checkpoints_that_change_nothing_are_accepted(tmp_path):
+    """``auto_map`` (every checkpoint first published as remote code has one) names HF classes to
+    import; it changes no weight and no computation. A stale ``rotary_emb.inv_freq`` buffer (old
+    Llama conversions) is skipped, as HF skips it."""
+    from safetensors.torch import save_file as write
+
+    from tokenstate.models import kimi_linear, nemotron_h
+    from tokenstate.models.kimi_linear_config import parse_kimi_linear_config
+    from tokenstate.models.nemotron_h_config import parse_nemotron_h_config
+
+    remote = {"auto_map": {"AutoConfig": "configuration_x.XConfig", "AutoModelForCausalLM": "modeling_x.XForCausalLM"}}
+    llama.parse_config({**llama.PRESETS["tiny-llama"], **remote})
+    parse_nemotron_h_config({**nemotron_h.TINY_NEMOTRON_H, **remote})
+    parse_kimi_linear_config({**kimi_linear.TINY_KIMI_LINEAR, **remote})
+
+    model = llama.build(dict(llama.PRESETS["tiny-llama"]), device="cpu", seed=0)
+    llama.save(model, tmp_path)
+    stale = load_file(tmp_path / "model.safetensors")
+    stale["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(8)
+    write(stale, tmp_path / "model.safetensors")
+    again = llama.load(tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True))
