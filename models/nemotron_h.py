@@ -9,12 +9,23 @@ Mamba2 layers checkpoint their conv/SSM state after every draft position and the
 restores the one after the last accepted draft (:mod:`tokenstate.models.draft_checkpoints`).
 
 Checkpoints are NemotronH's HF format: ``backbone.*`` names and one tensor pair per expert
-(``backbone.layers.1.mixer.experts.0.up_proj.weight``), which is what HF writes on save.
+(``backbone.layers.1.mixer.experts.0.up_proj.weight``), which is what HF writes on save. As in
+HF, ``tie_word_embeddings`` never ties a head the checkpoint holds (a warning says so).
+
+**The Mamba2 step size.** ``dt = softplus(x + dt_bias)`` is clamped to the config's
+``time_step_limit`` (default ``(0, inf)``: no clamp) on every step, prefill and decode alike, as
+mamba_ssm's kernels take ``dt_limit``. The peers differ here: HF transformers' torch path clamps a
+*prefill*'s dt from below at ``time_step_min`` (its decode path does not clamp), and vLLM clamps
+to ``(0, inf)`` whatever the config says. Where a trained checkpoint's dt falls below
+``time_step_min`` during a prefill, HF's tokens can therefore differ from these (and from HF's own
+decode of the same positions); ``tokenstate gate --model DIR`` shows it. The reference preset
+sets ``time_step_min = 0``, where all of them agree.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -32,7 +43,13 @@ from tokenstate.models.nemotron_h_config import ARCHITECTURE, parse_nemotron_h_c
 from tokenstate.models.scope import ScopedEmbedding, StepScope
 from tokenstate.models.slot_batch import SlotBatch
 from tokenstate.models.step_plan import index_plan, plan_model_indices
-from tokenstate.models.weights import load_state, read_config, save_checkpoint, seeded_init
+from tokenstate.models.weights import (
+    load_state,
+    read_config,
+    save_checkpoint,
+    seeded_init,
+    tensor_names,
+)
 from tokenstate.runtime.registry import ModelFactory
 
 __all__ = [
@@ -206,6 +223,21 @@ def load_nemotron_h(
     settings = parse_nemotron_h_config(config)
     with torch.device(device):
         model = NemotronHForCausalLM(settings, config)
+    if settings["tie_word_embeddings"] and "lm_head.weight" in tensor_names(path):
+        # HF's NemotronH declares no tied weights: a head in the checkpoint is the head it serves.
+        embeddings = model.backbone.embeddings.weight
+        model.lm_head.weight = nn.Parameter(embeddings.detach().clone(), requires_grad=False)
+        load_state(model, path, model=ARCHITECTURE)
+        if torch.equal(model.lm_head.weight, embeddings):
+            model.lm_head.weight = embeddings  # tied after all (save_nemotron_h writes the copy)
+        else:
+            warnings.warn(
+                f"{path}: tie_word_embeddings=true is ignored, as HF's NemotronH ignores it: the "
+                "checkpoint's own lm_head.weight is the LM head.",
+                UserWarning,
+                stacklevel=2,
+            )
+        return model
     load_state(model, path, aliases=_aliases(settings), model=ARCHITECTURE)
     return model
 

@@ -32,6 +32,7 @@ __all__ = [
     "safetensors_files",
     "save_checkpoint",
     "seeded_init",
+    "tensor_names",
 ]
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -101,6 +102,11 @@ def _tensors_in(files: list[Path]) -> dict[str, tuple[tuple[int, ...], str, Path
         except Exception as exc:  # safetensors raises its own error types for corrupt headers
             raise ConfigError(f"{file}: not a readable safetensors file ({exc}).") from exc
     return found
+
+
+def tensor_names(path: str | Path) -> frozenset[str]:
+    """The tensor names an HF-format directory's safetensors files hold."""
+    return frozenset(_tensors_in(safetensors_files(path)))
 
 
 _STALE_BUFFER = "rotary_emb.inv_freq"

@@ -264,3 +264,22 @@ def test_forward_before_allocate_slots_is_refused(make_input):
     model.allocate_slots(1)
     with pytest.raises(ContractViolation, match="outside the 1 allocated slots"):
         nemotron_h_forward(model, make_input([(1, [5, 6])], vocab_size=VOCAB))
+
+
+def test_a_tied_config_whose_checkpoint_holds_its_own_head_loads_that_head(tmp_path):
+    """HF's NemotronH never ties its LM head (it declares no tied weights), so a checkpoint saying
+    ``tie_word_embeddings=true`` yet holding a different ``lm_head.weight`` is served with that
+    head — with a warning, not refused."""
+    from safetensors.torch import load_file, save_file
+
+    from tokenstate.models.nemotron_h import build_nemotron_h, load_nemotron_h, save_nemotron_h
+
+    model = build_nemotron_h(dict(OTHER_CONFIG), device="cpu", seed=3)
+    save_nemotron_h(model, tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    head = torch.randn(tensors["lm_head.weight"].shape, generator=torch.Generator().manual_seed(5))
+    save_file({**tensors, "lm_head.weight": head}, tmp_path / "model.safetensors")
+    with pytest.warns(UserWarning, match=r"tie_word_embeddings=true is ignored.*lm_head.weight"):
+        loaded = load_nemotron_h(tmp_path)
+    assert torch.equal(loaded.lm_head.weight, head)
+    assert torch.equal(loaded.backbone.embeddings.weight, tensors["backbone.embeddings.weight"])
