@@ -131,6 +131,11 @@ def _ids_of_array(index: int, ids: np.ndarray | torch.Tensor) -> list[int]:
             f"prompt {index}: token ids must be integers, got {kind} dtype {ids.dtype}; convert "
             "them, e.g. ids.astype(np.int64) or ids.long()."
         )
+    if isinstance(ids, torch.Tensor) and ids.is_meta:
+        raise ConfigError(
+            f"prompt {index}: a meta-device tensor holds no ids (its data was never allocated); "
+            "pass the prompt's ids themselves, e.g. a CPU tensor or a list."
+        )
     return ids.tolist()
 
 

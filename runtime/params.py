@@ -34,9 +34,11 @@ _VLLM_ONLY: dict[str, str] = {
 }
 
 
-def _require_int(name: str, value: object, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+def _require_int(name: str, value: object, *, minimum: int) -> int:
+    # numpy integers are ints here too, as in prompts (a config or a tokenizer hands them over)
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer) or value < minimum:
         raise ConfigError(f"SamplingParams.{name} must be an int >= {minimum}, got {value!r}.")
+    return int(value)
 
 
 def _require_float(name: str, value: object, *, positive: bool = False) -> None:
@@ -132,8 +134,8 @@ class SamplingParams:
     bad_words: tuple[tuple[int, ...], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        _require_int("max_tokens", self.max_tokens, minimum=1)
-        _require_int("top_k", self.top_k, minimum=0)
+        object.__setattr__(self, "max_tokens", _require_int("max_tokens", self.max_tokens, minimum=1))
+        object.__setattr__(self, "top_k", _require_int("top_k", self.top_k, minimum=0))
         if (
             isinstance(self.temperature, bool)
             or not isinstance(self.temperature, int | float)
@@ -150,7 +152,7 @@ class SamplingParams:
         ):
             raise ConfigError(f"SamplingParams.top_p must lie in (0, 1], got {self.top_p!r}.")
         if self.seed is not None:
-            _require_int("seed", self.seed, minimum=0)
+            object.__setattr__(self, "seed", _require_int("seed", self.seed, minimum=0))
             if self.seed >= 2**63:
                 raise ConfigError(f"SamplingParams.seed must be < 2**63, got {self.seed!r}.")
         if not isinstance(self.ignore_eos, bool):

@@ -373,3 +373,13 @@ def test_a_temperature_below_float32_range_samples_the_greedy_tokens():
     for temperature in (1e-40, 1e-30):
         cold = SamplingParams(max_tokens=8, ignore_eos=True, temperature=temperature, seed=3)
         assert [o.token_ids for o in llm.generate(prompts, cold)] == greedy, temperature
+
+
+def test_numpy_integers_are_ints_in_sampling_params_and_a_meta_tensor_prompt_is_refused():
+    params = SamplingParams(max_tokens=np.int64(3), top_k=np.int32(2), seed=np.uint8(7))
+    assert (params.max_tokens, params.top_k, params.seed) == (3, 2, 7)
+    assert all(type(v) is int for v in (params.max_tokens, params.top_k, params.seed))
+    with pytest.raises(ConfigError, match="max_tokens must be an int >= 1"):
+        SamplingParams(max_tokens=np.bool_(True))
+    with pytest.raises(ConfigError, match=r"prompt 0: a meta-device tensor holds no ids"):
+        LLM(toy_factory()).generate([torch.zeros(3, dtype=torch.long, device="meta")])
