@@ -139,14 +139,20 @@ class EntryPoint:
                 f"entry point {self.name}: its annotations cannot be resolved ({exc}); annotate with "
                 "names importable from the forward's module."
             ) from exc
-        self._full = jaxtyped(typechecker=beartype)(fn)
         clone = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
         clone.__kwdefaults__ = fn.__kwdefaults__
         clone.__qualname__ = fn.__qualname__
         clone.__module__ = fn.__module__
         nominal_hints = {k: _strip_array_hint(v) for k, v in hints.items() if k != "return"}
         clone.__annotations__ = nominal_hints
-        self._nominal = beartype(clone)
+        try:
+            self._full = jaxtyped(typechecker=beartype)(fn)
+            self._nominal = beartype(clone)
+        except BeartypeException as exc:  # a hint beartype cannot check (a plain typing.Protocol...)
+            raise ContractDefinitionError(
+                f"entry point {self.name}: cannot be checked: {_first_lines(exc)} Annotate with "
+                "classes (a typing.Protocol must be @typing.runtime_checkable) or typing.Any."
+            ) from exc
         # Parameters whose nominal check the call key already decides (see _decided_by_type); with
         # *args/**kwargs the key cannot tell which parameter an argument binds to, so keep checking.
         code = fn.__code__

@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import typing
 
 import pytest
 import torch
@@ -137,6 +138,20 @@ def test_unresolvable_annotations_are_a_definition_error(step):
 
     with pytest.raises(ContractDefinitionError, match="annotations cannot be resolved"):
         broken(TinyLM(), step.forward_input())
+
+
+class CausalLM(typing.Protocol):  # not @runtime_checkable: isinstance() cannot check it
+    vocab_size: int
+
+
+@entry_point
+def _protocol_annotated(model: CausalLM, inp: ForwardInput) -> Tensor:
+    return torch.zeros(1)
+
+
+def test_an_annotation_beartype_cannot_check_is_a_definition_error_that_says_what_to_do(step):
+    with pytest.raises(ContractDefinitionError, match=r"entry point .*_protocol_annotated: cannot be checked: .*runtime_checkable"):
+        _protocol_annotated(TinyLM(), step.forward_input())
 
 
 def test_entry_point_refuses_non_functions():
