@@ -248,6 +248,8 @@ class ExprMixin:
         if isinstance(base, Ids | Bound | Opaque):
             # a tensor method or attribute: ids flow through it unless it is metadata
             return Bound(OPAQUE if name in METADATA_ATTRS else taint(base), name)
+        if isinstance(base, MapV) and any(k == name for k, _ in base.items or ()):
+            return base.lookup(name)  # nn.ModuleDict: a sub-module by attribute (nanoGPT's transformer.wte)
         if isinstance(base, Seq | MapV):
             return Bound(base, name)
         if isinstance(base, Instance):

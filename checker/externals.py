@@ -132,7 +132,10 @@ class ExternalMixin:
                 results = self.call(frame, first, tuple(element_of(a) for a in args[1:]), (), node)
                 return Seq(None, results)
             if name == "dict":
-                return MapV(join(first.values if isinstance(first, MapV) else OPAQUE, *(v for _, v in kwargs)))
+                # dict(wte=...) keeps its constant keys (nanoGPT's ModuleDict(dict(wte=..., h=...)))
+                known = first.items if isinstance(first, MapV) else (None if args else ())
+                items = None if known is None else (*known, *kwargs)
+                return MapV(join(first.values if isinstance(first, MapV) else OPAQUE, *(v for _, v in kwargs)), items)
         if name in ("ModuleList", "ParameterList"):
             return Seq(first.items, first.elem) if isinstance(first, Seq) else Seq((), OPAQUE)
         if name == "Sequential":

@@ -378,3 +378,20 @@ def star_args_get_no_input(patch: MutantPatch) -> None:
             node.args.vararg = vararg
 
     patch.setattr(Analyzer, "entry_arguments", entry_arguments)
+
+
+@mutant(
+    "RCK-25/module-dict-attributes-opaque",
+    doc="An nn.ModuleDict's entry reached by attribute (`self.transformer.wte`) is a method of the "
+    "dict, not the sub-module, and `dict(wte=...)` forgets its keys: nanoGPT's embedding is never "
+    "seen, and its forwards are inert.",
+)
+def module_dict_attributes_opaque(patch: MutantPatch) -> None:
+    original = Analyzer.attribute
+
+    def attribute(self, frame, base, name, node):  # type: ignore[no-untyped-def]
+        if isinstance(base, MapV):
+            return Bound(base, name)
+        return original(self, frame, base, name, node)
+
+    patch.setattr(Analyzer, "attribute", attribute)

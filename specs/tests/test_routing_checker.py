@@ -47,6 +47,7 @@ from .routing_checker_mutants import (
     inherited_embedding_forward_is_opaque,
     kwargs_spread_dropped,
     match_cases_unguarded,
+    module_dict_attributes_opaque,
     only_embedding_sinks_count,
     only_is_none_guards,
     star_args_get_no_input,
@@ -221,6 +222,11 @@ def test_containers_filled_after_they_are_built_hold_what_was_put_in():
 @pytest.mark.paid("RCK-24", before=star_args_get_no_input)
 def test_pass_through_star_args_entry_points_receive_the_input():
     assert_zoo("pass-through *args", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-25", before=module_dict_attributes_opaque)
+def test_module_dict_entries_reached_by_attribute_are_followed():
+    assert_zoo("ModuleDict attributes", {"honors", "ignores"})
 
 
 def i32(values: list[int]) -> torch.Tensor:

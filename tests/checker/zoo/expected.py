@@ -127,6 +127,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.stored", "list_item_assigned_tokens"): ("ignores", "containers filled after they are built"),
     ("czoo.stored", "namespace_attribute_input"): ("unknown", "containers filled after they are built"),
     ("czoo.stored", "list_appended_device_ids"): ("honors", "containers filled after they are built"),
+    ("czoo.module_dicts", "module_dict_attribute_device"): ("honors", "ModuleDict attributes"),
+    ("czoo.module_dicts", "module_dict_attribute_host"): ("ignores", "ModuleDict attributes"),
 }
 
 # The forwards whose model class comes from their factory's build function.
