@@ -286,6 +286,32 @@ def test_public_inputs():
     pytester.runpytest_subprocess("--tokenstate-checks", "-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+def test_a_checked_user_package_may_register_its_own_entry_point_forwards(pytester):
+    """``--tokenstate-checks-package myengine`` (the option checked-pytest.md documents) wraps every
+    function of the user's package in beartype, entry points included: the registry still takes
+    the entry point, which checks its own calls."""
+    pytester.mkpydir("myengine")
+    pytester.path.joinpath("myengine", "__init__.py").write_text(
+        "from tokenstate.contracts import ForwardInput, entry_point\n"
+        "from tokenstate.models.toy import toy_factory, toy_forward\n"
+        "from tokenstate.runtime import register\n"
+        "import dataclasses\n\n"
+        "@entry_point\n"
+        "def forward(model, inp: ForwardInput):\n"
+        "    return toy_forward.__wrapped__(model, inp)\n\n"
+        "register(dataclasses.replace(toy_factory('MineLM'), forward=forward))\n"
+    )
+    pytester.makepyfile(
+        "def test_it():\n"
+        "    import myengine\n"
+        "    from tokenstate.runtime import LLM, SamplingParams\n"
+        "    (out,) = LLM('minelm', async_scheduling=True).generate([[1, 2, 3]], SamplingParams(max_tokens=4))\n"
+        "    assert len(out.token_ids) == 4\n"
+    )
+    result = pytester.runpytest_subprocess("--tokenstate-checks-package", "myengine", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
 def test_without_the_checks_option_a_mistyped_call_goes_unchecked(pytester):
     pytester.makepyfile(MISTYPED.format(body="assert worst_result(None, 0) == 0"))
     pytester.runpytest_inprocess().assert_outcomes(passed=1)
