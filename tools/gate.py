@@ -222,9 +222,12 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
     if not config.quick:
         # The matrix needs enough requests and tokens to reach its conditions whatever the
         # baseline's size; it reuses the baseline's outputs when its request set is the same.
+        # ... within the model's context: prompts longer than a step's budget must still fit
+        # beside the tokens (a short-context model runs its matrix a little shorter).
+        fits = first.model.max_model_len - config.max_num_batched_tokens - 2
         matrix = dataclasses.replace(
             config, num_requests=max(config.num_requests, MATRIX_MIN_REQUESTS),
-            max_tokens=max(config.max_tokens, MATRIX_MIN_TOKENS),
+            max_tokens=max(config.max_tokens, min(MATRIX_MIN_TOKENS, fits)),
         )  # fmt: skip
         matrix_prompts = builtin_prompts(first.model.vocab_size, first.model.max_model_len, matrix)
         if matrix_prompts == prompts and matrix.max_tokens == config.max_tokens:

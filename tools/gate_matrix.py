@@ -48,7 +48,8 @@ __all__ = [
 MATRIX_MIN_REQUESTS = 8
 """The matrix runs at least this many requests (more than the slots: slots get reused)."""
 MATRIX_MIN_TOKENS = 32
-"""... and generates at least this many tokens in its longest cells (loops, so drafts get accepted)."""
+"""... and generates at least this many tokens in its longest cells (loops, so drafts get accepted),
+or as many as the model's context leaves beside a prompt longer than the step budget."""
 
 
 @dataclass(frozen=True)

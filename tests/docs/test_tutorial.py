@@ -81,3 +81,18 @@ def test_step5_registered_by_name_and_unregistered_after(
     assert tutorial.generate_by_name() == sync_tokens
     with pytest.raises(ConfigError):
         resolve("tiny-recurrent")
+
+
+def test_the_checked_pytest_snippet_gates_the_tutorials_model_as_written(tutorial: ModuleType) -> None:
+    """docs/how-to/checked-pytest.md's one-line gate, on a model with a 64-token context: the
+    schedule matrix fits its requests into the context rather than refusing the user's 16 tokens."""
+    import dataclasses
+
+    from tokenstate.runtime import register, unregister
+    from tokenstate.testing import assert_async_equals_sync
+
+    register(dataclasses.replace(tutorial.honouring, presets={"tiny-mine": tutorial.CONFIG}))
+    try:
+        assert_async_equals_sync("tiny-mine", max_tokens=16)
+    finally:
+        unregister(tutorial.honouring.architectures[0])
