@@ -254,12 +254,14 @@ class LedgerPlugin:
         binding = item.stash.get(_BINDING, None)
         if binding is None or call.when != "call" or binding.item.state != "owed":
             return report
-        if report.passed:
+        if call.excinfo is None:  # the test body passed, whatever an xfail mark made of the report
             report.outcome = "failed"
             report.longrepr = (
                 f"{binding.item.id} now passes: move it to ## Paid and name its before-mutant "
                 f"({binding.item.where})."
             )
+            if hasattr(report, "wasxfail"):  # a non-strict xfail's XPASS would keep the run green
+                del report.wasxfail
             report.user_properties.append((_RESULT_PROP, "xpassed"))
         elif report.failed:
             report.outcome = "skipped"

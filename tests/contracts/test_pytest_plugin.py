@@ -135,6 +135,21 @@ def test_an_owed_test_that_passes_fails_the_run(pytester):
     assert not (pytester.path / ".tokenstate").exists()
 
 
+@pytest.mark.parametrize("strict", [True, False])
+def test_an_owed_test_that_passes_fails_the_run_whatever_xfail_mark_it_also_carries(pytester, strict):
+    """A user's own ``@pytest.mark.xfail`` beside ``owed`` must not turn "now passes" into a
+    healthy ``xfailed`` (strict) or a reported failure that leaves the run green (not strict)."""
+    make_project(pytester, nan="-1")
+    tests = pytester.path / "specs" / "tests" / "test_demo.py"
+    tests.write_text(tests.read_text().replace(
+        '@pytest.mark.owed("D-2")', f'@pytest.mark.owed("D-2")\n@pytest.mark.xfail(strict={strict})'
+    ))
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*D-2 now passes: move it to ## Paid*"])
+    assert entries(pytester)["D-2"]["last_result"] == "xpassed"
+
+
 def test_a_paid_test_that_passes_under_its_mutant_fails(pytester):
     make_project(pytester, before="harmless")
     result = pytester.runpytest()
