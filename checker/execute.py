@@ -55,6 +55,11 @@ class StmtMixin:
             if stmt.exc is not None:
                 self.eval(frame, stmt.exc)
             return True
+        if isinstance(stmt, ast.Break | ast.Continue) and frame.loop_exits:
+            # Nothing after it in this block runs (so `if device ids: ...; continue` guards the
+            # rest of the loop body); its state leaves the block by the loop instead.
+            frame.loop_exits[-1].append(frame.snapshot())
+            return True
         if isinstance(stmt, ast.Expr):
             self.eval(frame, stmt.value)
         elif isinstance(stmt, ast.Assign):
@@ -168,12 +173,21 @@ class StmtMixin:
 
     def loop(self: Analyzer, frame: Frame, body: list[ast.stmt], target: ast.expr | None, element: Value) -> None:
         states = [frame.snapshot()]
-        for _ in range(2):
-            if target is not None:
-                self.assign(frame, target, element)
-            self.exec_block(frame, body)
-            states.append(frame.snapshot())
-            frame.merge(states)
+        start = (frame.fresh, frame.narrow)
+        frame.loop_exits.append([])
+        try:
+            for _ in range(2):
+                frame.fresh, frame.narrow = start  # each iteration starts at the loop's head
+                if target is not None:
+                    self.assign(frame, target, element)
+                if not self.exec_block(frame, body):
+                    states.append(frame.snapshot())
+                states.extend(frame.loop_exits[-1])  # `break` and `continue` states
+                frame.merge(states)
+        finally:
+            frame.loop_exits.pop()
+        # The loop may run no iteration, or leave by `break` anywhere: only its entry facts hold.
+        frame.fresh, frame.narrow = start
 
     def with_block(self: Analyzer, frame: Frame, stmt: ast.With | ast.AsyncWith) -> bool:
         published, writes = dict(frame.published), dict(frame.writes)

@@ -69,6 +69,8 @@ class Frame:
     # flow-insensitive: attributes assigned on other instances, joined per class (sound, coarser)
     obj_writes: dict[ClassInfo, dict[str, Value]] = field(default_factory=dict)
     self_aliases: set[Value] = field(default_factory=set)  # the receiver, updated with self_writes
+    # per enclosing loop, innermost last: the states at its `break` / `continue` statements
+    loop_exits: list[list[tuple[dict[str, Value], ...]]] = field(default_factory=list)
 
     @property
     def name(self) -> str:

@@ -395,3 +395,19 @@ def module_dict_attributes_opaque(patch: MutantPatch) -> None:
         return original(self, frame, base, name, node)
 
     patch.setattr(Analyzer, "attribute", attribute)
+
+
+@mutant(
+    "RCK-26/loop-exits-fall-through",
+    doc="`break` and `continue` are plain statements: the rest of the loop body after `if device "
+    "ids: ...; continue` is analysed as if device ids were present, and a loop's facts outlive it.",
+)
+def loop_exits_fall_through(patch: MutantPatch) -> None:
+    original = Analyzer.exec_stmt
+
+    def exec_stmt(self, frame, stmt):  # type: ignore[no-untyped-def]
+        if isinstance(stmt, ast.Break | ast.Continue):
+            return False
+        return original(self, frame, stmt)
+
+    patch.setattr(Analyzer, "exec_stmt", exec_stmt)

@@ -46,6 +46,7 @@ from .routing_checker_mutants import (
     import_module_is_data,
     inherited_embedding_forward_is_opaque,
     kwargs_spread_dropped,
+    loop_exits_fall_through,
     match_cases_unguarded,
     module_dict_attributes_opaque,
     only_embedding_sinks_count,
@@ -227,6 +228,11 @@ def test_pass_through_star_args_entry_points_receive_the_input():
 @pytest.mark.paid("RCK-25", before=module_dict_attributes_opaque)
 def test_module_dict_entries_reached_by_attribute_are_followed():
     assert_zoo("ModuleDict attributes", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-26", before=loop_exits_fall_through)
+def test_continue_and_break_under_the_guard_end_the_rest_of_the_loop_body():
+    assert_zoo("loop exits under the guard", {"honors", "ignores"})
 
 
 def i32(values: list[int]) -> torch.Tensor:

@@ -129,6 +129,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.stored", "list_appended_device_ids"): ("honors", "containers filled after they are built"),
     ("czoo.module_dicts", "module_dict_attribute_device"): ("honors", "ModuleDict attributes"),
     ("czoo.module_dicts", "module_dict_attribute_host"): ("ignores", "ModuleDict attributes"),
+    ("czoo.control_flow", "continue_under_device_guard"): ("honors", "loop exits under the guard"),
+    ("czoo.control_flow", "break_under_device_guard_then_host"): ("ignores", "loop exits under the guard"),
 }
 
 # The forwards whose model class comes from their factory's build function.

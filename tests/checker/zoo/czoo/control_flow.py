@@ -137,3 +137,22 @@ def match_none_case_returns(model: ServableLM, inp: ForwardInput) -> Tensor:
         case None:
             return model.logits(model.embed(inp.host_tokens.ids), inp)
     return model.logits(model.embed(inp.host_tokens.ids), inp)  # device ids are present here
+
+
+@entry_point
+def continue_under_device_guard(model: ServableLM, inp: ForwardInput) -> Tensor:
+    pieces = []
+    for _ in range(1):  # a micro-batch loop
+        if inp.device_tokens is not None:
+            pieces.append(model.embed(inp.device_tokens.ids))
+            continue
+        pieces.append(model.embed(inp.host_tokens.ids))  # reached only without device ids
+    return model.logits(torch.cat(pieces), inp)
+
+
+@entry_point
+def break_under_device_guard_then_host(model: ServableLM, inp: ForwardInput) -> Tensor:
+    for _ in range(1):
+        if inp.device_tokens is not None:
+            break  # leaves the loop with device ids present ...
+    return model.logits(model.embed(inp.host_tokens.ids), inp)  # ... and reads host ids after it
