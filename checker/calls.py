@@ -234,6 +234,9 @@ class CallMixin:
             if name in ("get", "pop"):
                 return self.read_cell(frame, base.name, node)
             return OPAQUE
+        if name == "copy_" and args and has_ids(args[0]) and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            self.write_into(frame, node.func.value, args[0])  # buf[:n].copy_(ids): filled in place
+            return OPAQUE
         if isinstance(base, MapV | Seq) and name in _FILLS and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             filled = _filled(base, name, args, kwargs, node)
             if filled is not None and isinstance(node.func.value, ast.Name | ast.Attribute):

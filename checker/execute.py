@@ -30,6 +30,7 @@ from tokenstate.checker.values import (
     Tokens,
     Unknown,
     Value,
+    has_ids,
     join,
     stored_beyond_the_call,
     taint,
@@ -277,8 +278,19 @@ class StmtMixin:
             elif isinstance(base, MapV | Seq) and isinstance(target.value, ast.Name | ast.Attribute):
                 key = target.slice.value if isinstance(target.slice, ast.Constant) else NO_KEY
                 self.assign(frame, target.value, with_item(base, key, value))  # the container, filled
+            elif has_ids(value):
+                self.write_into(frame, target.value, value)  # buf[:n] = ids: a tensor filled in place
             else:
                 self.stored_out_of_sight(frame, base, value, target)
+
+    def write_into(self: Analyzer, frame: Frame, expr: ast.expr, value: Value) -> None:
+        """Ids written into (part of) the tensor ``expr`` names — ``buf[:n] = ids``,
+        ``buf[:n].copy_(ids)``: the variable or attribute holding it holds them from now on, as
+        an attribute assignment would (vLLM's persistent input buffers)."""
+        while isinstance(expr, ast.Subscript):
+            expr = expr.value
+        if isinstance(expr, ast.Name | ast.Attribute):
+            self.assign(frame, expr, join(self.eval(frame, expr), taint(value)))
 
     def stored_out_of_sight(self: Analyzer, frame: Frame, base: Value, value: Value, node: ast.AST) -> None:
         """The forward input or its tokens stored on an object the checker does not model (an

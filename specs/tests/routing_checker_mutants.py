@@ -411,3 +411,12 @@ def loop_exits_fall_through(patch: MutantPatch) -> None:
         return original(self, frame, stmt)
 
     patch.setattr(Analyzer, "exec_stmt", exec_stmt)
+
+
+@mutant(
+    "RCK-27/in-place-writes-dropped",
+    doc="Ids written into a tensor in place (`buf[:n] = ids`, `buf[:n].copy_(ids)`) are dropped: "
+    "vLLM's persistent input buffer holds nothing, and a forward embedding it is inert.",
+)
+def in_place_writes_dropped(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "write_into", lambda self, frame, expr, value: None)

@@ -44,6 +44,7 @@ from .routing_checker_mutants import (
     handlers_and_managers_inherit_the_body_facts,
     host_reads_taken_as_fresh,
     import_module_is_data,
+    in_place_writes_dropped,
     inherited_embedding_forward_is_opaque,
     kwargs_spread_dropped,
     loop_exits_fall_through,
@@ -233,6 +234,11 @@ def test_module_dict_entries_reached_by_attribute_are_followed():
 @pytest.mark.paid("RCK-26", before=loop_exits_fall_through)
 def test_continue_and_break_under_the_guard_end_the_rest_of_the_loop_body():
     assert_zoo("loop exits under the guard", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-27", before=in_place_writes_dropped)
+def test_ids_written_into_a_buffer_in_place_are_held_by_it():
+    assert_zoo("buffers filled in place", {"honors", "ignores"})
 
 
 def i32(values: list[int]) -> torch.Tensor:

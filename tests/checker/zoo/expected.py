@@ -131,6 +131,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.module_dicts", "module_dict_attribute_host"): ("ignores", "ModuleDict attributes"),
     ("czoo.control_flow", "continue_under_device_guard"): ("honors", "loop exits under the guard"),
     ("czoo.control_flow", "break_under_device_guard_then_host"): ("ignores", "loop exits under the guard"),
+    ("czoo.stored", "buffer_filled_in_place_with_host_ids"): ("ignores", "buffers filled in place"),
+    ("czoo.stored", "buffer_filled_in_place_with_device_ids"): ("honors", "buffers filled in place"),
 }
 
 # The forwards whose model class comes from their factory's build function.

@@ -8,6 +8,7 @@ built must be followed out of it.
 
 import types
 
+import torch
 from torch import Tensor
 
 from czoo.servable import ServableLM
@@ -87,3 +88,25 @@ def list_appended_device_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
     parts = []
     parts.append(inp.embedding_ids())
     return model.logits(model.embed(parts[0]), inp)
+
+
+class BufferedLM(ServableLM):
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        # vLLM's persistent input buffer (filled in place every step, CUDA-graph friendly)
+        self.register_buffer("input_ids", torch.zeros(64, dtype=torch.int64), persistent=False)
+
+
+@entry_point
+def buffer_filled_in_place_with_host_ids(model: BufferedLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if inp.device_tokens is None:  # fresh on this step only
+        model.input_ids[:n].copy_(inp.host_tokens.ids)
+    return model.logits(model.embed(model.input_ids[:n]), inp)  # async steps: an earlier step's ids
+
+
+@entry_point
+def buffer_filled_in_place_with_device_ids(model: BufferedLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    model.input_ids[:n] = inp.embedding_ids()
+    return model.logits(model.embed(model.input_ids[:n]), inp)
