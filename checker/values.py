@@ -279,6 +279,9 @@ class Alt(Value):
     options: frozenset[Value]
 
 
+_DEVICE_TOKENS = Tokens("device")
+
+
 def join(*values: Value | None) -> Value:
     """The least value covering all ``values``; plain data is dropped next to anything richer."""
     options: set[Value] = set()
@@ -293,8 +296,10 @@ def join(*values: Value | None) -> Value:
                 options.add(option)
     if origins:
         options.add(Ids(frozenset(origins)))
-    if len(options) > 1 and not any(isinstance(o, Flag) for o in options):
-        # plain data next to a flag stays: `return False` beside a device-ids test is no guard
+    if len(options) > 1 and not any(isinstance(o, Flag) for o in options) and _DEVICE_TOKENS not in options:
+        # Plain data next to a flag stays: `return False` beside a device-ids test is no guard. And
+        # next to the device tokens: `inp.device_tokens if flag else None` is None with device ids
+        # present, so `is None` on it is no guard either.
         options.discard(OPAQUE)
     if not options:
         return OPAQUE

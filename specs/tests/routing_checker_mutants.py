@@ -420,3 +420,14 @@ def loop_exits_fall_through(patch: MutantPatch) -> None:
 )
 def in_place_writes_dropped(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "write_into", lambda self, frame, expr, value: None)
+
+
+@mutant(
+    "RCK-28/none-beside-device-tokens-dropped",
+    doc="Plain data (a `None`) joined with the device tokens is dropped: `inp.device_tokens if switch "
+    "else None` is the device tokens, and `is None` on it guards host reads that run with device ids.",
+)
+def none_beside_device_tokens_dropped(patch: MutantPatch) -> None:
+    import tokenstate.checker.values as values_module
+
+    patch.setattr(values_module, "_DEVICE_TOKENS", object())

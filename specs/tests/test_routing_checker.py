@@ -50,6 +50,7 @@ from .routing_checker_mutants import (
     loop_exits_fall_through,
     match_cases_unguarded,
     module_dict_attributes_opaque,
+    none_beside_device_tokens_dropped,
     only_embedding_sinks_count,
     only_is_none_guards,
     star_args_get_no_input,
@@ -239,6 +240,11 @@ def test_continue_and_break_under_the_guard_end_the_rest_of_the_loop_body():
 @pytest.mark.paid("RCK-27", before=in_place_writes_dropped)
 def test_ids_written_into_a_buffer_in_place_are_held_by_it():
     assert_zoo("buffers filled in place", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-28", before=none_beside_device_tokens_dropped)
+def test_device_tokens_that_may_be_none_for_another_reason_guard_nothing():
+    assert_zoo("device tokens or None", {"honors", "ignores"})
 
 
 def i32(values: list[int]) -> torch.Tensor:

@@ -133,6 +133,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.control_flow", "break_under_device_guard_then_host"): ("ignores", "loop exits under the guard"),
     ("czoo.stored", "buffer_filled_in_place_with_host_ids"): ("ignores", "buffers filled in place"),
     ("czoo.stored", "buffer_filled_in_place_with_device_ids"): ("honors", "buffers filled in place"),
+    ("czoo.freshness", "device_tokens_or_none_by_a_switch"): ("ignores", "device tokens or None"),
+    ("czoo.freshness", "device_tokens_kept_in_a_local"): ("honors", "device tokens or None"),
 }
 
 # The forwards whose model class comes from their factory's build function.

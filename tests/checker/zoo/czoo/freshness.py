@@ -99,3 +99,26 @@ def match_host_where_device(model: ServableLM, inp: ForwardInput) -> Tensor:
         case _:
             ids = inp.host_tokens.ids
     return model.logits(model.embed(ids), inp)
+
+
+ASYNC_IDS_SUPPORTED = False  # a per-model switch: "device ids not wired up yet"
+
+
+@entry_point
+def device_tokens_or_none_by_a_switch(model: ServableLM, inp: ForwardInput) -> Tensor:
+    tokens = inp.device_tokens if ASYNC_IDS_SUPPORTED else None
+    if tokens is None:  # None because of the switch, device ids or not: no guard
+        ids = inp.host_tokens.ids
+    else:
+        ids = tokens.ids
+    return model.logits(model.embed(ids), inp)
+
+
+@entry_point
+def device_tokens_kept_in_a_local(model: ServableLM, inp: ForwardInput) -> Tensor:
+    tokens = inp.device_tokens
+    if tokens is None:  # exactly "no device ids"
+        ids = inp.host_tokens.ids
+    else:
+        ids = tokens.ids
+    return model.logits(model.embed(ids), inp)
