@@ -197,6 +197,11 @@ def register(factory: ModelFactory) -> ModelFactory:
 
 def unregister(factory: ModelFactory) -> None:
     """Remove a factory (tests and plugins that replace a model)."""
+    if not isinstance(factory, ModelFactory):  # a name would remove nothing, silently
+        raise ContractDefinitionError(
+            f"unregister takes the registered ModelFactory itself, got {factory!r}; keep the object "
+            "you passed to register()."
+        )
     with _lock:
         for table in (_by_architecture, _by_preset):
             for key in [k for k, v in table.items() if v is factory]:

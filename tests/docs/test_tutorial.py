@@ -91,8 +91,9 @@ def test_the_checked_pytest_snippet_gates_the_tutorials_model_as_written(tutoria
     from tokenstate.runtime import register, unregister
     from tokenstate.testing import assert_async_equals_sync
 
-    register(dataclasses.replace(tutorial.honouring, presets={"tiny-mine": tutorial.CONFIG}))
+    mine = dataclasses.replace(tutorial.honouring, presets={"tiny-mine": tutorial.CONFIG})
+    register(mine)
     try:
         assert_async_equals_sync("tiny-mine", max_tokens=16)
     finally:
-        unregister(tutorial.honouring.architectures[0])
+        unregister(mine)

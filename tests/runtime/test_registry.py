@@ -57,6 +57,12 @@ def factory():
     registry.unregister(made)
 
 
+def test_unregister_takes_the_factory_not_its_name(factory):
+    with pytest.raises(ContractDefinitionError, match="unregister takes the registered ModelFactory itself"):
+        registry.unregister("RegistryTestLM")
+    assert registry.resolve("RegistryTestLM") is factory  # nothing was removed
+
+
 def test_resolve_by_architecture_and_preset(factory):
     assert registry.resolve("RegistryTestLM") is factory
     assert registry.resolve("tiny-registry-test") is factory
