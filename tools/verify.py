@@ -80,10 +80,15 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-specs", action="store_true", help="skip the spec ledger step")
 
 
+_PROJECT_FILES = ("pyproject.toml", "pytest.ini", "tox.ini", "setup.cfg")  # what pytest takes for a rootdir
+
+
 def find_specs_root(start: Path) -> Path | None:
-    """The nearest directory at or above ``start`` holding ``specs/*.md`` and a pyproject.toml."""
+    """The nearest directory at or above ``start`` holding ``specs/*.md`` and a project file
+    pytest reads its configuration from (``pyproject.toml``, ``pytest.ini``, ``tox.ini``,
+    ``setup.cfg``)."""
     for folder in (start, *start.parents):
-        if (folder / "pyproject.toml").is_file() and any((folder / "specs").glob("*.md")):
+        if any((folder / name).is_file() for name in _PROJECT_FILES) and any((folder / "specs").glob("*.md")):
             return folder
     return None
 

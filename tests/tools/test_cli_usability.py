@@ -52,6 +52,18 @@ def test_a_bogus_checks_mode_is_refused_by_every_command(argv, monkeypatch, caps
     )
 
 
+@pytest.mark.parametrize("project_file", ["pyproject.toml", "pytest.ini", "tox.ini", "setup.cfg"])
+def test_verify_finds_the_specs_of_a_project_configured_by_any_pytest_file(project_file, tmp_path, monkeypatch):
+    """docs/how-to/spec-example uses a pytest.ini, no pyproject.toml: verify must still find its specs/."""
+    from tokenstate.tools.verify import find_specs_root
+
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "mine.md").write_text("# Mine\n")
+    (tmp_path / project_file).write_text("")
+    (tmp_path / "pkg").mkdir()
+    assert find_specs_root(tmp_path / "pkg") == tmp_path
+
+
 def test_verify_refuses_a_missing_specs_dir_before_anything_runs(monkeypatch, capsys, tmp_path):
     def must_not_run(*args, **kwargs):
         raise AssertionError("verify ran a step before refusing --specs")
