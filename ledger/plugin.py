@@ -302,10 +302,21 @@ class LedgerPlugin:
             except Exception:  # an unreadable old ledger is simply replaced
                 previous = None
         ledger = Ledger.build(specs, self.root, self.outcomes, self.spec_checks, previous)
-        ledger.write(self.ledger_path)
+        try:
+            ledger.write(self.ledger_path)
+        except OSError as exc:  # a read-only checkout, say: the run fails, saying where and why
+            self._write_error = (
+                f"tokenstate ledger: cannot write {self.ledger_path} ({exc.strerror or exc}); pass "
+                "--tokenstate-ledger=PATH with a writable path."
+            )
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return
         self._written = ledger
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        problem: str | None = getattr(self, "_write_error", None)
+        if problem is not None:
+            terminalreporter.write_line(problem, red=True)
         ledger: Ledger | None = getattr(self, "_written", None)
         if ledger is None:
             return

@@ -370,3 +370,12 @@ def test_a_ledger_path_that_cannot_be_written_is_refused_before_the_tests(pytest
     result = pytester.runpytest_inprocess(f"--tokenstate-ledger={where}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--tokenstate-ledger *: the ledger cannot be written there*"])
+
+
+def test_a_default_ledger_location_that_cannot_be_written_fails_the_run_with_a_message(pytester):
+    make_project(pytester)
+    (pytester.path / ".tokenstate").write_text("a file where the ledger's folder would go")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*tokenstate ledger: cannot write *ledger.json*pass --tokenstate-ledger=PATH*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
