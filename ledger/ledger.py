@@ -156,6 +156,15 @@ class Ledger:
                     entry.red_before_verified = outcome.red_before if item.state == "paid" else None
                     entry.mutant, entry.mutant_doc = outcome.mutant, outcome.mutant_doc
                     entry.nodeids = list(outcome.nodeids)
+                    unrun = [n for n in old.nodeids if n not in outcome.nodeids] if old is not None else []
+                    if spec.slug not in spec_checks and unrun and old is not None and old.state == item.state:
+                        # A subset run (-k, one node) ran only some of the item's cases: what the
+                        # cases it left out last proved still counts, so it can only get worse.
+                        entry.last_result = worst_result(entry.last_result, old.last_result)
+                        if item.state == "paid" and old.red_before_verified is not None:
+                            current = entry.red_before_verified
+                            entry.red_before_verified = old.red_before_verified and current is not False
+                        entry.nodeids = [*entry.nodeids, *unrun]
                 elif old is not None and old.state == item.state and old.test == item.test:
                     # Not run this time: keep what the last run proved (its timestamp says when).
                     for name in (

@@ -188,9 +188,30 @@ def test_the_ledger_keeps_results_of_items_not_run_and_drops_removed_items(spec_
         True,
         "D-1/bug",
     )
-    assert by_id["D-2"].last_result == "error" and len(by_id["D-2"].nodeids) == 2
+    # a subset run (no cross-check): the case it did not run stays on the record beside its two
+    assert by_id["D-2"].last_result == "error" and len(by_id["D-2"].nodeids) == 3
     assert second.specs[0].cross_check == "passed"
     assert Ledger.build([], tmp_path, {}, {}, previous=second).items == []
+
+
+def test_a_subset_run_of_some_cases_never_clears_what_the_others_last_proved(spec_dir, tmp_path):
+    """-k running one parametrised case of a paid item whose other case lost red-before: the item
+    stays unhealthy (a full run, with its cross-check, is what may clear it)."""
+    spec = parse_spec(write(spec_dir, GOOD))
+    full = {"D-1": ItemOutcome()}
+    full["D-1"].add("t::test_paid[1]", "passed", False)
+    full["D-1"].add("t::test_paid[2]", "passed", True)
+    first = Ledger.build([spec], tmp_path, full, {"demo": "passed"})
+    assert {e.id: e for e in first.items}["D-1"].red_before_verified is False
+    subset = {"D-1": ItemOutcome()}
+    subset["D-1"].add("t::test_paid[2]", "passed", True)
+    second = {e.id: e for e in Ledger.build([spec], tmp_path, subset, {}, previous=first).items}
+    assert second["D-1"].red_before_verified is False and sorted(second["D-1"].nodeids) == ["t::test_paid[1]", "t::test_paid[2]"]
+    rerun = {"D-1": ItemOutcome()}
+    rerun["D-1"].add("t::test_paid[1]", "passed", True)
+    rerun["D-1"].add("t::test_paid[2]", "passed", True)
+    third = {e.id: e for e in Ledger.build([spec], tmp_path, rerun, {"demo": "passed"}, previous=first).items}
+    assert third["D-1"].red_before_verified is True  # a full run decides afresh
 
 
 def test_the_ledger_round_trips_through_its_file_and_refuses_garbage(spec_dir, tmp_path):
