@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenstate.contracts.errors import ConfigError
-from tokenstate.ledger.spec import Spec, SpecItem
+from tokenstate.ledger.spec import ITEM_ID, Spec, SpecItem
 
 __all__ = ["LEDGER_VERSION", "RESULTS", "Ledger", "LedgerEntry", "SpecCheckEntry", "worst_result"]
 
@@ -194,7 +194,7 @@ class Ledger:
                 f"{source}: not a version-{LEDGER_VERSION} tokenstate ledger; re-run pytest to rewrite it."
             )
         try:
-            return cls(
+            ledger = cls(
                 [LedgerEntry(**_known(LedgerEntry, e)) for e in data.get("items", [])],
                 [SpecCheckEntry(**_known(SpecCheckEntry, s)) for s in data.get("specs", [])],
                 data.get("generated"),
@@ -203,6 +203,12 @@ class Ledger:
             raise ConfigError(
                 f"{source}: malformed ledger entry ({exc}); re-run pytest to rewrite it."
             ) from exc
+        bad = [e.id for e in ledger.items if not (isinstance(e.id, str) and ITEM_ID.fullmatch(e.id))]
+        if bad:
+            raise ConfigError(
+                f"{source}: item ids {bad!r} are not spec item ids (like ABC-1); re-run pytest to rewrite it."
+            )
+        return ledger
 
     @classmethod
     def read(cls, path: Path) -> Ledger:

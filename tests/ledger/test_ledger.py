@@ -214,6 +214,16 @@ def test_a_subset_run_of_some_cases_never_clears_what_the_others_last_proved(spe
     assert third["D-1"].red_before_verified is True  # a full run decides afresh
 
 
+def test_a_ledger_whose_item_ids_are_not_spec_ids_is_refused_as_a_usage_error(tmp_path, capsys):
+    path = tmp_path / "ledger.json"
+    good = Ledger([], []).to_json()
+    item = {"id": "NOTANID", "spec": "x", "state": "paid", "test": "t.py::test_x", "text": "", "spec_file": "x.md", "spec_line": 1}
+    path.write_text(json.dumps({**good, "items": [item]}))
+    with pytest.raises(ConfigError, match=r"item ids \['NOTANID'\] are not spec item ids"):
+        Ledger.read(path)
+    assert main_specs(["--ledger", str(path)]) == 2
+
+
 def test_the_ledger_round_trips_through_its_file_and_refuses_garbage(spec_dir, tmp_path):
     spec = parse_spec(write(spec_dir, GOOD))
     path = tmp_path / "out" / "ledger.json"

@@ -106,3 +106,28 @@ def test_gate_text_report_names_step_row_and_staleness(broken_plugin, capsys):
 def test_specs_command_reads_a_ledger(tmp_path, capsys):
     assert main(["specs", "--ledger", str(tmp_path / "missing.json")]) == 2
     assert "tokenstate specs: error:" in capsys.readouterr().err
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`tokenstate specs --json | head -1`: a closed pipe ends the command quietly."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from tokenstate.ledger import Ledger
+
+    code = (
+        "import sys; from tokenstate.tools.cli import main; "
+        "sys.exit(main(['specs', '--json', '--ledger', sys.argv[1]]))"
+    )
+    item = {"spec": "big", "state": "owed", "test": "t.py::test_x", "text": "x" * 100, "spec_file": "big.md", "spec_line": 1}
+    with tempfile.TemporaryDirectory() as tmp:  # more JSON than a pipe holds (64 KiB)
+        ledger = Path(tmp) / "ledger.json"
+        ledger.write_text(json.dumps({**Ledger([], []).to_json(), "items": [{**item, "id": f"BIG-{i}"} for i in range(1, 2001)]}))
+        proc = subprocess.Popen([sys.executable, "-c", code, str(ledger)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        proc.stdout.read(10)
+        proc.stdout.close()  # the reader leaves after a few bytes
+        _, err = proc.communicate(timeout=120)
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err, err.decode()[-800:]
