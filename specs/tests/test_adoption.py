@@ -87,3 +87,42 @@ def test_gate_assertion_fails_on_a_silent_divergence(monkeypatch):
     finally:
         registry.unregister(broken_lm_plugin.BROKEN)
         sys.modules.pop("broken_lm_plugin", None)
+
+
+@pytest.mark.owed("ADO-5")
+def test_verify_reproves_the_spec_dirs_the_project_configures(tmp_path, monkeypatch, capsys):
+    """A project whose pytest configuration names its spec folder (``tokenstate_specs``) gets it
+    re-proved by ``tokenstate verify``, as plain ``pytest`` does — never a PASS with the specs not run."""
+    import json
+    import types
+
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntokenstate_specs = contract_specs\nxfail_strict = true\n")
+    specs = tmp_path / "contract_specs"
+    (specs / "tests").mkdir(parents=True)
+    (specs / "mine.md").write_text(
+        "# Mine\n\nThe contract.\n\n## Owed\n\n- **MINE-1** Not yet. — `tests/test_mine.py::test_not_yet`\n\n## Paid\n"
+    )
+    (specs / "tests" / "test_mine.py").write_text(
+        "import pytest\n\n@pytest.mark.owed('MINE-1')\ndef test_not_yet():\n    assert False\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("tokenstate.tools.verify.check_registry", lambda *a, **k: types.SimpleNamespace(results=[], findings=[], to_json=lambda: "{}"))
+    monkeypatch.setattr("tokenstate.tools.verify.run_gates", lambda *a, **k: [])
+    main(["verify", "--json"])
+    ran = json.loads(capsys.readouterr().out)["specs"]
+    assert ran["ran"] and ran["owed"] == 1, ran
+
+
+@pytest.mark.owed("ADO-6")
+def test_specs_run_from_a_subdirectory_reads_the_ledger_pytest_wrote_at_the_rootdir(tmp_path, monkeypatch):
+    """pytest run in a subdirectory writes the ledger at its rootdir; ``tokenstate specs`` run there
+    must read that one, not say "run the test suite first"."""
+    from tokenstate.ledger import Ledger
+    from tokenstate.ledger.report import main_specs
+
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / ".tokenstate").mkdir()
+    Ledger([], []).write(tmp_path / ".tokenstate" / "ledger.json")
+    (tmp_path / "specs" / "tests").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "specs" / "tests")
+    assert main_specs([]) == 0
