@@ -114,7 +114,7 @@ def sample(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
     temperature = torch.where(is_greedy, torch.ones_like(rows.temperature), rows.temperature)
     # The row's best logit subtracted first: every scaled logit is then <= 0 whatever the
     # temperature (a tiny one sends the rest to -inf, never the best to inf: no NaN in softmax).
-    best = logits.amax(dim=1, keepdim=True)  # [rows, 1]
+    best = logits.gather(1, greedy_pick.unsqueeze(1))  # [rows, 1]: the greedy pick's logit, no second scan
     scaled = (logits - best) / temperature.unsqueeze(1)  # [rows, vocab]
     if rows.any_filter:
         scaled = _filter_top_k_top_p(scaled, rows.top_k, rows.top_p)
