@@ -192,6 +192,16 @@ class _Faults:
         if self.error is None:
             self.error, self.index = error, index
 
+    def run(self, index: int, context: contextvars.Context, fn: Callable[..., object], args: tuple[Any, ...]) -> None:
+        """Run task ``index`` in ``context`` unless an earlier one failed (a failed task poisons the
+        stream until reset(), as a device error does); keep its exception for the next fence."""
+        if self.error is not None:
+            return
+        try:
+            context.run(fn, *args)
+        except BaseException as exc:  # kept and re-raised at the next fence
+            self.fail(index, exc)
+
     def raise_if_failed(self, before: int | None = None) -> None:
         """Raise the kept exception (of a task submitted before ``before``, when given)."""
         if self.error is not None and (before is None or self.index < before):
@@ -265,6 +275,12 @@ class _InProcessBuffers:
         pass  # tasks run in the submitting thread (inline) or on the GPU: no worker to stop
 
 
+def _inference_mode() -> contextlib.AbstractContextManager[object]:
+    """Inference mode for tasks run in the host thread — which the engine's step already holds
+    (entering it again would cost a µs a task)."""
+    return contextlib.nullcontext() if torch.is_inference_mode_enabled() else torch.inference_mode()
+
+
 class _CpuEvent:
     __slots__ = ("_done", "_faults", "_index")
 
@@ -307,13 +323,7 @@ def _handle(item: _Task | _CpuEvent | None, faults: _Faults, chaos: Chaos | None
         delay = chaos.stream_delay()
         if delay:
             time.sleep(delay)
-    if faults.error is not None:
-        return True  # a failed task poisons the stream until reset(), as a device error does
-    index, context, fn, args = item
-    try:
-        context.run(fn, *args)
-    except BaseException as exc:  # kept and re-raised at the next fence
-        faults.fail(index, exc)
+    faults.run(*item)
     return True
 
 
@@ -431,15 +441,9 @@ class InlineStream(_InProcessBuffers):
     def submit(self, fn: Callable[..., object], *args: Any) -> None:
         index, self._submitted = self._submitted, self._submitted + 1
         if self._faults.error is not None:
-            return  # poisoned until reset(), as CpuStream
-        try:
-            # In a copy of the context, as a worker's task runs, and in inference mode — which the
-            # engine's step already holds (entering it again would cost a µs a task).
-            mode = contextlib.nullcontext() if torch.is_inference_mode_enabled() else torch.inference_mode()
-            with mode:
-                contextvars.copy_context().run(fn, *args)
-        except BaseException as exc:  # kept and re-raised at the next fence, as on the worker
-            self._faults.fail(index, exc)
+            return  # poisoned until reset(), as CpuStream (no context copied for nothing)
+        with _inference_mode():  # in a copy of the context, as a worker's task runs
+            self._faults.run(index, contextvars.copy_context(), fn, args)
 
     def record_event(self) -> _PassedEvent:
         return _PassedEvent(self._faults, self._submitted)
@@ -494,17 +498,11 @@ class DeferredStream(_InProcessBuffers):
 
     def _run_before(self, index: int) -> None:
         """Run the queued tasks submitted before ``index``, in order."""
-        mode = contextlib.nullcontext() if torch.is_inference_mode_enabled() else torch.inference_mode()
-        with mode:
+        with _inference_mode():
             while self._queued and self._queued[0][0] < index:
-                task, context, fn, args = self._queued.popleft()
-                self._ran = task + 1
-                if self._faults.error is not None:
-                    continue  # poisoned until reset(), as CpuStream
-                try:
-                    context.run(fn, *args)
-                except BaseException as exc:  # kept and re-raised at the next fence
-                    self._faults.fail(task, exc)
+                task = self._queued.popleft()
+                self._ran = task[0] + 1
+                self._faults.run(*task)
 
     def record_event(self) -> _DeferredEvent:
         return _DeferredEvent(self, self._submitted)
