@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -223,10 +222,7 @@ def _eos_token_ids(built: Any, source: object) -> tuple[int, ...]:
     if isinstance(source, str | os.PathLike) and Path(source).is_dir():
         generation = Path(source) / "generation_config.json"
         if generation.is_file():
-            try:
-                eos = json.loads(generation.read_text(encoding="utf-8")).get("eos_token_id")
-            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:
-                raise ConfigError(f"{generation}: not a UTF-8 JSON object ({exc}).") from exc
+            eos = registry.read_json_object(generation).get("eos_token_id")
             if eos is not None:
                 ids, where = (tuple(eos) if isinstance(eos, list) else (eos,)), f"{generation}: eos_token_id"
     vocab = built.vocab_size

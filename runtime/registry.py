@@ -34,6 +34,7 @@ __all__ = [
     "factories",
     "load_plugins",
     "read_hf_config",
+    "read_json_object",
     "register",
     "resolve",
     "resolve_preset",
@@ -264,13 +265,18 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
     config_file = directory / "config.json"
     if not config_file.is_file():
         raise ConfigError(f"{directory}: no config.json; expected an HF-format model directory.")
+    return read_json_object(config_file)
+
+
+def read_json_object(file: Path) -> dict[str, Any]:
+    """A JSON file holding one object (``config.json``, ``generation_config.json``), as a dict."""
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
+        value = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{config_file}: not valid UTF-8 JSON ({exc}).") from exc
-    if not isinstance(config, dict):
-        raise ConfigError(f"{config_file}: must hold a JSON object, got {type(config).__name__}.")
-    return config
+        raise ConfigError(f"{file}: not valid UTF-8 JSON ({exc}).") from exc
+    if not isinstance(value, dict):
+        raise ConfigError(f"{file}: must hold a JSON object, got {type(value).__name__}.")
+    return value
 
 
 def architecture_of(path: str | Path) -> str:
