@@ -199,9 +199,10 @@ class StmtMixin:
             entered = self.enter(frame, manager, item.context_expr)
             if item.optional_vars is not None:
                 self.assign(frame, item.optional_vars, entered)
-        base, start = frame.snapshot(), (frame.fresh, frame.narrow)
+        base = frame.snapshot() if swallows else None
+        start = (frame.fresh, frame.narrow)
         ends = self.exec_block(frame, stmt.body)
-        if swallows:
+        if base is not None:
             # An exception anywhere in the body may be swallowed: what follows may run from any
             # point of it, with only the facts that held when the block was entered.
             frame.merge([base] if ends else [base, frame.snapshot()])
