@@ -1,7 +1,8 @@
 """``tokenstate specs [--json]``: the spec ledger as a table or as JSON.
 
-The ledger is the file the pytest plugin wrote (``.tokenstate/ledger.json`` under the directory the
-tests ran from, or ``--ledger PATH``). Exit status: 0 when every paid item passed and was re-proved
+The ledger is the file the pytest plugin wrote: ``.tokenstate/ledger.json`` at pytest's rootdir, found
+as the nearest one at or above the current directory (so ``tokenstate specs`` works from anywhere
+inside the project, as ``pytest`` does), or ``--ledger PATH``. Exit status: 0 when every paid item passed and was re-proved
 red under its mutant and every owed item is still an expected failure; 1 when any item is in
 another state (failing, red-before lost, never run, ...); 2 when there is no readable ledger.
 """
@@ -23,6 +24,7 @@ from tokenstate.ledger.ledger import Ledger, LedgerEntry
 __all__ = [
     "DEFAULT_LEDGER",
     "add_arguments",
+    "find_ledger",
     "is_healthy",
     "ledger_table",
     "main_specs",
@@ -30,6 +32,21 @@ __all__ = [
 ]
 
 DEFAULT_LEDGER = Path(".tokenstate") / "ledger.json"
+
+
+def find_ledger(start: Path) -> Path:
+    """The ledger pytest wrote for the project ``start`` lies in: the nearest
+    ``.tokenstate/ledger.json`` at or above ``start`` (pytest writes it at its rootdir, an ancestor
+    of wherever it was run from). Raises ConfigError, saying where it looked, when there is none."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        if (folder / DEFAULT_LEDGER).is_file():
+            return folder / DEFAULT_LEDGER
+    raise ConfigError(
+        f"no ledger: no {DEFAULT_LEDGER} in {start} or any folder above it. Run the test suite "
+        "(`pytest`) first — the tokenstate pytest plugin writes it at pytest's rootdir — or pass "
+        "--ledger PATH."
+    )
 
 
 def is_healthy(entry: LedgerEntry) -> bool:
@@ -78,18 +95,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ledger",
         type=Path,
-        default=DEFAULT_LEDGER,
-        help=f"the ledger file the pytest plugin wrote (default: {DEFAULT_LEDGER})",
+        default=None,
+        help=f"the ledger file the pytest plugin wrote (default: the nearest {DEFAULT_LEDGER} at or "
+        "above the current directory)",
     )
     parser.add_argument("--spec", default=None, help="show only the items of this spec (its slug)")
 
 
 def run_specs(args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the ledger; raises ConfigError (exit 2 via the CLI) when it cannot be read."""
-    ledger = Ledger.read(args.ledger)
+    path = args.ledger if args.ledger is not None else find_ledger(Path.cwd())
+    ledger = Ledger.read(path)
     if args.spec is not None and all(e.spec != args.spec for e in ledger.items):
         known = ", ".join(sorted({e.spec for e in ledger.items})) or "(none)"
-        raise ConfigError(f"no spec {args.spec!r} in {args.ledger}; specs in the ledger: {known}.")
+        raise ConfigError(f"no spec {args.spec!r} in {path}; specs in the ledger: {known}.")
     items = [e for e in ledger.items if args.spec is None or e.spec == args.spec]
     if args.json:
         data = ledger.to_json()
@@ -102,7 +121,7 @@ def run_specs(args: argparse.Namespace, console: Console | None = None) -> int:
         verified = sum(1 for e in paid if e.red_before_verified)
         console.print(
             f"{len(paid)} paid ({verified} red-before verified), {len(items) - len(paid)} owed; "
-            f"ledger written {ledger.generated}."
+            f"ledger {path}, written {ledger.generated}."
         )
     return 0 if all(is_healthy(e) for e in items) else 1
 

@@ -61,3 +61,14 @@ def divergence_not_a_failure(patch: MutantPatch) -> None:
     from tokenstate.tools.gate import GateReport
 
     patch.setattr(GateReport, "passed", property(lambda self: not self.errors))
+
+
+@mutant(
+    "ADO-6/ledger-in-cwd-only",
+    doc="tokenstate specs reads .tokenstate/ledger.json in the current directory only, so from a "
+    "subdirectory of the project it finds no ledger.",
+)
+def ledger_in_cwd_only(patch: MutantPatch) -> None:
+    import tokenstate.ledger.report as report
+
+    patch.setattr(report, "find_ledger", lambda start: report.DEFAULT_LEDGER)

@@ -19,6 +19,7 @@ from .adoption_mutants import (
     cwd_not_importable,
     divergence_not_a_failure,
     engine_unlocked,
+    ledger_in_cwd_only,
 )
 
 BROKEN_PLUGIN = Path(__file__).resolve().parents[2] / "tests" / "tools" / "plugins" / "broken_lm_plugin.py"
@@ -113,7 +114,7 @@ def test_verify_reproves_the_spec_dirs_the_project_configures(tmp_path, monkeypa
     assert ran["ran"] and ran["owed"] == 1, ran
 
 
-@pytest.mark.owed("ADO-6")
+@pytest.mark.paid("ADO-6", before=ledger_in_cwd_only)
 def test_specs_run_from_a_subdirectory_reads_the_ledger_pytest_wrote_at_the_rootdir(tmp_path, monkeypatch):
     """pytest run in a subdirectory writes the ledger at its rootdir; ``tokenstate specs`` run there
     must read that one, not say "run the test suite first"."""

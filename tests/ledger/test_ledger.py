@@ -287,3 +287,12 @@ def test_the_stale_host_ids_spec_lists_the_promised_items():
     paid = {item.id for item in spec.items if item.state == "paid"}
     assert {"SHI-1", "SHI-3", "SHI-4", "SHI-5"} <= paid
     assert all(item.test_file.is_file() for item in spec.items)
+
+
+def test_specs_without_any_ledger_says_where_it_looked(tmp_path, monkeypatch, capsys):
+    (tmp_path / "project" / "sub").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "project" / "sub")
+    assert main_specs([]) == 2
+    err = capsys.readouterr().err
+    assert f"no .tokenstate/ledger.json in {tmp_path / 'project' / 'sub'} or any folder above it" in err
+    assert "--ledger PATH" in err
