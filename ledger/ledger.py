@@ -2,12 +2,13 @@
 
 File format (``.tokenstate/ledger.json``)::
 
-    {"version": 1, "generated": "<UTC ISO time>",
+    {"version": 1, "generated": "<UTC ISO time>", "spec_dirs": ["<folder>", ...],
      "items": [{"id", "spec", "state", "test", "red_before_verified", "last_result", "mutant",
                 "mutant_doc", "text", "spec_file", "spec_line", "nodeids", "timestamp"}, ...],
      "specs": [{"spec", "title", "file", "cross_check", "timestamp"}, ...]}
 
-``last_result`` is one of :data:`RESULTS` or ``null`` (never run); ``red_before_verified`` is
+``spec_dirs`` are the folders the run took its specs from (pytest's ``tokenstate_specs``, relative to
+the ledger's root where possible). ``last_result`` is one of :data:`RESULTS` or ``null`` (never run); ``red_before_verified`` is
 ``true``/``false`` for a paid item whose test ran, ``null`` otherwise. A run updates the items whose
 tests it ran and keeps the previous results of the others, so running a subset of the suite never
 erases what a full run proved; items no longer listed in any spec are dropped.
@@ -121,6 +122,7 @@ class Ledger:
     items: list[LedgerEntry]
     specs: list[SpecCheckEntry]
     generated: str | None = None
+    spec_dirs: list[str] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -130,6 +132,7 @@ class Ledger:
         outcomes: Mapping[str, ItemOutcome],
         spec_checks: Mapping[str, str],
         previous: Ledger | None = None,
+        spec_dirs: Iterable[Path] = (),
     ) -> Ledger:
         """Entries for every current spec item: this run's outcomes, else the previous results."""
         old_items = {e.id: e for e in previous.items} if previous else {}
@@ -177,12 +180,13 @@ class Ledger:
                     ):
                         setattr(entry, name, getattr(old, name))
                 items.append(entry)
-        return cls(items, checks, stamp)
+        return cls(items, checks, stamp, [_relative(d, root) for d in spec_dirs])
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": LEDGER_VERSION,
             "generated": self.generated,
+            "spec_dirs": self.spec_dirs,
             "items": [asdict(e) for e in self.items],
             "specs": [asdict(s) for s in self.specs],
         }
@@ -198,6 +202,7 @@ class Ledger:
                 [LedgerEntry(**_known(LedgerEntry, e)) for e in data.get("items", [])],
                 [SpecCheckEntry(**_known(SpecCheckEntry, s)) for s in data.get("specs", [])],
                 data.get("generated"),
+                [str(d) for d in data.get("spec_dirs", [])],
             )
         except TypeError as exc:
             raise ConfigError(

@@ -25,7 +25,14 @@ import pytest
 from tokenstate.contracts.errors import ContractDefinitionError
 from tokenstate.ledger.ledger import ItemOutcome, Ledger
 from tokenstate.ledger.mutants import Mutant
-from tokenstate.ledger.spec import Spec, SpecItem, load_specs, parse_spec
+from tokenstate.ledger.spec import (
+    Spec,
+    SpecItem,
+    is_spec_document,
+    load_specs,
+    parse_spec,
+    spec_documents,
+)
 
 __all__ = ["LedgerPlugin"]
 
@@ -88,11 +95,20 @@ class SpecCheck(pytest.Item):
 
 
 class LedgerPlugin:
-    def __init__(self, config: pytest.Config, spec_dirs: list[Path], ledger_path: Path) -> None:
+    def __init__(
+        self,
+        config: pytest.Config,
+        spec_dirs: list[Path],
+        ledger_path: Path,
+        spec_tests_only: bool = False,
+    ) -> None:
         self.config = config
         self.root = config.rootpath
         self.spec_dirs = [(d if d.is_absolute() else self.root / d).resolve() for d in spec_dirs]
         self.ledger_path = ledger_path if ledger_path.is_absolute() else self.root / ledger_path
+        # --tokenstate-spec-tests: collect the spec documents and the tests they name, nothing else,
+        # and always write the ledger (an empty one says there were no specs to re-prove).
+        self.spec_tests_only = spec_tests_only
         self._specs: list[Spec] | None = None
         self._spec_error: str | None = None
         self.is_worker = hasattr(config, "workerinput")
@@ -113,6 +129,15 @@ class LedgerPlugin:
                 self._specs = []
         return self._specs
 
+    def spec_test_args(self) -> list[str]:
+        """What ``--tokenstate-spec-tests`` collects: every spec document of the spec folders and
+        each existing test file their items name, wherever it lives (a missing one is reported by
+        the spec's cross-check). When the specs cannot be read, only the documents: collecting them
+        reports why, naming file:line."""
+        documents = [path for d in self.spec_dirs for path in spec_documents(d)]
+        test_files = [] if self._spec_error else [i.test_file for s in self.specs() for i in s.items]
+        return [str(p) for p in dict.fromkeys([*documents, *(f for f in test_files if f.is_file())])]
+
     def find(self, item_id: str) -> SpecItem | None:
         return next((i for s in self.specs() for i in s.items if i.id == item_id), None)
 
@@ -120,9 +145,8 @@ class LedgerPlugin:
     def pytest_collect_file(
         self, file_path: Path, parent: pytest.Collector
     ) -> pytest.Collector | None:
-        if file_path.suffix == ".md" and file_path.name.lower() != "readme.md":
-            if file_path.parent.resolve() in self.spec_dirs:
-                return SpecFile.from_parent(parent, path=file_path)
+        if is_spec_document(file_path) and file_path.parent.resolve() in self.spec_dirs:
+            return SpecFile.from_parent(parent, path=file_path)
         return None
 
     @pytest.hookimpl(tryfirst=True)  # before -k/-m deselection: every collected test counts
@@ -135,6 +159,16 @@ class LedgerPlugin:
                 problem = self._bind(item, marks)
                 if problem is not None:
                     item.stash[_PROBLEM] = problem
+        if self.spec_tests_only:  # the named tests' files hold other tests too: those do not run
+            named = {(i.test_file, i.test_name) for s in self.specs() for i in s.items}
+            keep = [
+                item for item in items
+                if isinstance(item, SpecCheck) or (item.path.resolve(), _function_name(item)) in named
+            ]  # fmt: skip
+            if len(keep) < len(items):
+                kept = set(keep)
+                self.config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+                items[:] = keep
 
     def _bind(self, item: pytest.Item, marks: list[pytest.Mark]) -> str | None:
         where = item.nodeid
@@ -290,7 +324,8 @@ class LedgerPlugin:
 
     # -- the ledger ----------------------------------------------------------------------------
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if self.is_worker or not (self.outcomes or self.spec_checks):
+        spec_run = self.spec_tests_only and not self.config.option.collectonly
+        if self.is_worker or not (self.outcomes or self.spec_checks or spec_run):
             return
         specs = self.specs()
         if self._spec_error:
@@ -301,7 +336,9 @@ class LedgerPlugin:
                 previous = Ledger.read(self.ledger_path)
             except Exception:  # an unreadable old ledger is simply replaced
                 previous = None
-        ledger = Ledger.build(specs, self.root, self.outcomes, self.spec_checks, previous)
+        ledger = Ledger.build(
+            specs, self.root, self.outcomes, self.spec_checks, previous, spec_dirs=self.spec_dirs
+        )
         try:
             ledger.write(self.ledger_path)
         except OSError as exc:  # a read-only checkout, say: the run fails, saying where and why

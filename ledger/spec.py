@@ -33,7 +33,7 @@ from markdown_it.token import Token
 
 from tokenstate.contracts.errors import ContractDefinitionError
 
-__all__ = ["ITEM_ID", "Spec", "SpecItem", "load_specs", "parse_spec"]
+__all__ = ["ITEM_ID", "Spec", "SpecItem", "is_spec_document", "load_specs", "parse_spec", "spec_documents"]
 
 ItemState = Literal["owed", "paid"]
 ITEM_ID = re.compile(r"[A-Z][A-Z0-9]*-[1-9][0-9]*")
@@ -235,14 +235,22 @@ def _check_unique(items: Iterable[SpecItem], problems: _Problems) -> None:
             problems.add(item.line, f"{item.id}: test file {item.test_file} does not exist.")
 
 
+def is_spec_document(path: Path) -> bool:
+    """A spec folder's ``*.md`` files are its spec documents, except its README.md."""
+    return path.suffix == ".md" and path.name.lower() != "readme.md"
+
+
+def spec_documents(directory: Path) -> list[Path]:
+    """The spec documents of one spec folder, in name order (none if the folder does not exist)."""
+    return sorted(p for p in Path(directory).glob("*.md") if is_spec_document(p))
+
+
 def load_specs(directories: Iterable[Path]) -> list[Spec]:
-    """Every ``*.md`` spec (except README.md) in the given folders; item ids must be unique across them."""
+    """Every spec document in the given folders; item ids must be unique across them."""
     specs: list[Spec] = []
     errors: list[str] = []
     for directory in directories:
-        for path in sorted(Path(directory).glob("*.md")):
-            if path.name.lower() == "readme.md":
-                continue
+        for path in spec_documents(directory):
             try:
                 specs.append(parse_spec(path))
             except ContractDefinitionError as exc:

@@ -5,8 +5,10 @@
 2. The token gate for every registered model: sync vs async, and both vs the HF oracle when
    transformers is installed, on a built-in request set that forces chunked prefill and mixed
    prefill/decode steps.
-3. The spec ledger: the spec tests run in a pytest subprocess (so every paid item's red-before is
-   re-proved now), and the ledger they write is summarised.
+3. The spec ledger: ``pytest --tokenstate-spec-tests`` runs in a subprocess from the current
+   directory (or ``--specs DIR``), so pytest finds the project's configuration and spec folders as
+   it would for a plain run; every spec document and the tests its items name run, every paid
+   item's red-before is re-proved now, and the ledger they write is summarised.
 
 Exit status 0 when all three are clean; 1 on any finding, divergence, failing item or lost
 red-before; 2 on a usage error.
@@ -43,7 +45,7 @@ from tokenstate.tools.gate_cli import (
 )
 from tokenstate.tools.routing_check import check_registry
 
-__all__ = ["SpecSummary", "add_verify_arguments", "find_specs_root", "run_spec_tests", "run_verify"]
+__all__ = ["SpecSummary", "add_verify_arguments", "run_spec_tests", "run_verify"]
 
 
 @dataclass
@@ -75,26 +77,26 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument(
         "--specs", type=Path, default=None, metavar="DIR",
-        help="the checkout whose specs/ to re-prove (default: found from the current directory)",
+        help="a folder of the project whose spec ledger to re-prove: pytest runs there and finds the "
+        "spec folders its configuration names (tokenstate_specs; default: the current directory)",
     )
     parser.add_argument("--no-specs", action="store_true", help="skip the spec ledger step")
 
 
-_PROJECT_FILES = ("pyproject.toml", "pytest.ini", "tox.ini", "setup.cfg")  # what pytest takes for a rootdir
+def _spec_run_command(ledger_file: Path) -> list[str]:
+    # No test paths: pytest finds the rootdir and configuration from the folder it runs in. The
+    # ledger option in its = form: pytest finds its rootdir before plugin options are parsed.
+    return [sys.executable, "-m", "pytest", "--tokenstate-spec-tests", "-q", "-p", "no:cacheprovider",
+            "-p", "no:randomly", f"--tokenstate-ledger={ledger_file}"]
 
 
-def find_specs_root(start: Path) -> Path | None:
-    """The nearest directory at or above ``start`` holding ``specs/*.md`` and a project file
-    pytest reads its configuration from (``pyproject.toml``, ``pytest.ini``, ``tox.ini``,
-    ``setup.cfg``)."""
-    for folder in (start, *start.parents):
-        if any((folder / name).is_file() for name in _PROJECT_FILES) and any((folder / "specs").glob("*.md")):
-            return folder
-    return None
+def run_spec_tests(root: Path, *, required: bool = False) -> SpecSummary:
+    """Re-prove the spec ledger of the project ``root`` lies in: ``pytest --tokenstate-spec-tests``
+    run there (a subprocess: the plugin needs a fresh session), so pytest finds the rootdir, the
+    configuration and its ``tokenstate_specs`` folders as a plain ``pytest`` run from ``root``
+    would, and runs every spec document with the tests its items name, wherever they live.
 
-
-def run_spec_tests(root: Path) -> SpecSummary:
-    """Run ``pytest specs`` in ``root`` (a subprocess: the plugin needs a fresh session) and read the ledger."""
+    A project without spec documents is "not run" — a failure when ``required`` (``--specs DIR``)."""
     try:
         import pytest  # noqa: F401
     except ImportError:
@@ -102,15 +104,18 @@ def run_spec_tests(root: Path) -> SpecSummary:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tokenstate-verify-") as tmp:
         ledger_file = Path(tmp) / "ledger.json"
-        cmd = [sys.executable, "-m", "pytest", "specs", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-               f"--tokenstate-ledger={ledger_file}"]  # the = form: pytest finds its rootdir before plugin options
-        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=dict(os.environ))
+        proc = subprocess.run(_spec_run_command(ledger_file), cwd=root, capture_output=True, text=True, env=dict(os.environ))
+        tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-5:])
         if not ledger_file.is_file():  # the run broke before its first result: a failure, not a skip
-            tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
-            note = f"the spec run failed: it wrote no ledger (pytest exit {proc.returncode}): " + " | ".join(tail)
+            note = f"the spec run failed: it wrote no ledger (pytest exit {proc.returncode}): {tail}"
             return SpecSummary(False, note, unhealthy=[note])
         ledger = Ledger.read(ledger_file)
-    summary = SpecSummary(True, f"pytest specs in {root}", seconds=time.perf_counter() - start)
+    folders = ", ".join(ledger.spec_dirs) or "(none)"
+    if not ledger.specs:
+        note = (f"no spec documents in {folders} (pytest's tokenstate_specs, from {root}); name your "
+                "spec folders with that ini option")
+        return SpecSummary(False, note, unhealthy=[note] if required else [])
+    summary = SpecSummary(True, f"specs in {folders} (pytest run from {root})", seconds=time.perf_counter() - start)
     for entry in ledger.items:
         summary.paid += entry.state == "paid"
         summary.owed += entry.state == "owed"
@@ -118,8 +123,11 @@ def run_spec_tests(root: Path) -> SpecSummary:
         if not is_healthy(entry):
             red = {True: "verified", False: "LOST", None: "—"}[entry.red_before_verified]
             summary.unhealthy.append(f"{entry.id}: {entry.state}, last result {entry.last_result}, red-before {red}")
+    for check in ledger.specs:
+        if check.cross_check != "passed":
+            summary.unhealthy.append(f"spec {check.spec}: cross-check {check.cross_check or 'not run'}")
     if proc.returncode not in (0, 1):
-        summary.unhealthy.append(f"pytest exited {proc.returncode}")
+        summary.unhealthy.append(f"pytest exited {proc.returncode}: {tail}")
     return summary
 
 
@@ -141,16 +149,14 @@ def _render_checker(report: Any, console: Console) -> None:
 
 
 def _specs_root(args: argparse.Namespace) -> Path | None:
-    """Where the spec step will run, checked before anything else runs (``None``: not run)."""
+    """Where the spec step's pytest will run, checked before anything else runs (``None``: not run)."""
     if args.no_specs:
         return None
     if args.specs is None:
-        return find_specs_root(Path.cwd())
+        return Path.cwd()
     root = Path(args.specs)
     if not root.is_dir():
-        raise ConfigError(f"--specs {root}: no such directory; pass the checkout that holds specs/.")
-    if not any((root / "specs").glob("*.md")):
-        raise ConfigError(f"--specs {root}: no specs/*.md there; pass the checkout that holds specs/.")
+        raise ConfigError(f"--specs {root}: no such directory; pass a folder of the project whose specs to re-prove.")
     return root.resolve()
 
 
@@ -192,10 +198,9 @@ def run_verify(args: argparse.Namespace) -> int:
 def _spec_step(args: argparse.Namespace, root: Path | None, console: Console) -> SpecSummary:
     if args.no_specs:
         return SpecSummary(False, "skipped (--no-specs)")
-    if root is None:
-        return SpecSummary(False, "no specs/ found above the current directory; pass --specs DIR")
-    with console.status("re-proving the spec ledger (pytest specs)", spinner="dots") if not args.json else contextlib.nullcontext():
-        return run_spec_tests(root)
+    assert root is not None  # _specs_root gives a folder unless --no-specs
+    with console.status("re-proving the spec ledger (pytest --tokenstate-spec-tests)", spinner="dots") if not args.json else contextlib.nullcontext():
+        return run_spec_tests(root, required=args.specs is not None)
 
 
 def _render_specs(specs: SpecSummary, console: Console) -> None:

@@ -72,3 +72,18 @@ def ledger_in_cwd_only(patch: MutantPatch) -> None:
     import tokenstate.ledger.report as report
 
     patch.setattr(report, "find_ledger", lambda start: report.DEFAULT_LEDGER)
+
+
+@mutant(
+    "ADO-5/verify-runs-pytest-specs",
+    doc="verify runs `pytest specs` in the project folder: spec folders named by tokenstate_specs, and "
+    "tests living outside them, are never run.",
+)
+def verify_runs_pytest_specs(patch: MutantPatch) -> None:
+    import tokenstate.tools.verify as verify
+
+    def old_command(ledger_file):  # type: ignore[no-untyped-def]
+        return [sys.executable, "-m", "pytest", "specs", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                f"--tokenstate-ledger={ledger_file}"]
+
+    patch.setattr(verify, "_spec_run_command", old_command)

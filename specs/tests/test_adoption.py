@@ -20,6 +20,7 @@ from .adoption_mutants import (
     divergence_not_a_failure,
     engine_unlocked,
     ledger_in_cwd_only,
+    verify_runs_pytest_specs,
 )
 
 BROKEN_PLUGIN = Path(__file__).resolve().parents[2] / "tests" / "tools" / "plugins" / "broken_lm_plugin.py"
@@ -90,7 +91,7 @@ def test_gate_assertion_fails_on_a_silent_divergence(monkeypatch):
         sys.modules.pop("broken_lm_plugin", None)
 
 
-@pytest.mark.owed("ADO-5")
+@pytest.mark.paid("ADO-5", before=verify_runs_pytest_specs)
 def test_verify_reproves_the_spec_dirs_the_project_configures(tmp_path, monkeypatch, capsys):
     """A project whose pytest configuration names its spec folder (``tokenstate_specs``) gets it
     re-proved by ``tokenstate verify``, as plain ``pytest`` does — never a PASS with the specs not run."""
@@ -98,20 +99,21 @@ def test_verify_reproves_the_spec_dirs_the_project_configures(tmp_path, monkeypa
     import types
 
     (tmp_path / "pytest.ini").write_text("[pytest]\ntokenstate_specs = contract_specs\nxfail_strict = true\n")
-    specs = tmp_path / "contract_specs"
-    (specs / "tests").mkdir(parents=True)
-    (specs / "mine.md").write_text(
-        "# Mine\n\nThe contract.\n\n## Owed\n\n- **MINE-1** Not yet. — `tests/test_mine.py::test_not_yet`\n\n## Paid\n"
+    (tmp_path / "contract_specs").mkdir()
+    (tmp_path / "contract_specs" / "mine.md").write_text(
+        "# Mine\n\nThe contract.\n\n## Owed\n\n- **MINE-1** Not yet. — `../tests/test_mine.py::test_not_yet`\n\n## Paid\n"
     )
-    (specs / "tests" / "test_mine.py").write_text(
-        "import pytest\n\n@pytest.mark.owed('MINE-1')\ndef test_not_yet():\n    assert False\n"
+    (tmp_path / "tests").mkdir()  # the item's test lives with the project's other tests
+    (tmp_path / "tests" / "test_mine.py").write_text(
+        "import pytest\n\n@pytest.mark.owed('MINE-1')\ndef test_not_yet():\n    assert False\n\n"
+        "def test_not_a_spec_test():\n    assert False  # not named by a spec: verify does not run it\n"
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("tokenstate.tools.verify.check_registry", lambda *a, **k: types.SimpleNamespace(results=[], findings=[], to_json=lambda: "{}"))
     monkeypatch.setattr("tokenstate.tools.verify.run_gates", lambda *a, **k: [])
     main(["verify", "--json"])
     ran = json.loads(capsys.readouterr().out)["specs"]
-    assert ran["ran"] and ran["owed"] == 1, ran
+    assert ran["ran"] and ran["owed"] == 1 and ran["unhealthy"] == [], ran
 
 
 @pytest.mark.paid("ADO-6", before=ledger_in_cwd_only)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["CHECKS_OPTION", "CHECKS_PACKAGE_OPTION", "LEDGER_OPTION"]
+__all__ = ["CHECKS_OPTION", "CHECKS_PACKAGE_OPTION", "LEDGER_OPTION", "SPEC_TESTS_OPTION"]
 
 CHECKS_OPTION = "--tokenstate-checks"
 CHECKS_PACKAGE_OPTION = "--tokenstate-checks-package"
@@ -40,6 +40,7 @@ CLAW_SKIPPED = (
     "tokenstate.testing", "tokenstate.tools.gate",
 )  # fmt: skip
 LEDGER_OPTION = "--tokenstate-ledger"
+SPEC_TESTS_OPTION = "--tokenstate-spec-tests"
 _CLAW_KEY = pytest.StashKey[tuple[str, ...]]()  # the packages beartype's hook covers in this run
 
 # Modules of ours that may legitimately be imported before the hook: this package's own
@@ -70,6 +71,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         default=None,
         help="where to write the spec ledger JSON (default: <rootdir>/.tokenstate/ledger.json).",
+    )
+    group.addoption(
+        SPEC_TESTS_OPTION,
+        action="store_true",
+        default=False,
+        help="run the spec ledger alone: collect the spec documents of the tokenstate_specs folders "
+        "and exactly the tests their items name, wherever those live, instead of test paths "
+        "(what `tokenstate verify` runs).",
     )
     parser.addini(
         "tokenstate_specs",
@@ -215,7 +224,16 @@ def pytest_configure(config: pytest.Config) -> None:
     if ledger_option:
         _require_writable(ledger_path)
     spec_dirs = [Path(p) for p in config.getini("tokenstate_specs")]
-    config.pluginmanager.register(LedgerPlugin(config, spec_dirs, ledger_path), "tokenstate-ledger")
+    spec_tests_only = config.getoption("tokenstate_spec_tests")
+    plugin = LedgerPlugin(config, spec_dirs, ledger_path, spec_tests_only)
+    config.pluginmanager.register(plugin, "tokenstate-ledger")
+    if spec_tests_only:
+        if config.args_source == pytest.Config.ArgsSource.ARGS:
+            raise pytest.UsageError(
+                f"{SPEC_TESTS_OPTION} collects the spec documents and the tests they name itself; "
+                f"drop the test paths ({' '.join(config.args)}), or drop {SPEC_TESTS_OPTION}."
+            )
+        config.args = plugin.spec_test_args()  # read by the session's collection, after configure
 
 
 def _require_writable(path: Path) -> None:

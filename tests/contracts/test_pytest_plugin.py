@@ -379,3 +379,31 @@ def test_a_default_ledger_location_that_cannot_be_written_fails_the_run_with_a_m
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*tokenstate ledger: cannot write *ledger.json*pass --tokenstate-ledger=PATH*"])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_spec_tests_runs_the_spec_documents_and_exactly_the_tests_they_name(pytester, monkeypatch):
+    """``--tokenstate-spec-tests`` (what ``tokenstate verify`` runs): the configured spec folders and
+    the named tests wherever they live; other tests — even in the same file — do not run."""
+    spec = SPEC.replace("`tests/test_demo.py::test_negative_refused`", "`../tests/test_demo.py::test_negative_refused`")
+    spec = spec.replace("`tests/test_demo.py::test_nan_refused`", "`../tests/test_demo.py::test_nan_refused`")
+    pytester.makeini("[pytest]\ntokenstate_specs = contracts\nxfail_strict = true\n")
+    pytester.makefile(".md", **{"contracts/demo": spec})
+    extra = "\n\ndef test_not_named_by_any_spec():\n    assert False\n"
+    pytester.makepyfile(**{"tests/test_demo": TESTS.format(before="negatives_allowed", nan="math.nan") + extra})
+    pytester.makepyfile(**{"tests/test_other": "def test_other():\n    assert False\n"})
+    (pytester.path / "pkg").mkdir()
+    monkeypatch.chdir(pytester.path / "pkg")  # run from a subfolder: pytest still finds the ini
+    result = pytester.runpytest("--tokenstate-spec-tests", "-p", "no:randomly")
+    result.assert_outcomes(passed=2, xfailed=1, deselected=1)  # D-1 and the cross-check; D-2
+    assert ledger(pytester)["spec_dirs"] == ["contracts"]
+    assert {e["id"]: e["last_result"] for e in ledger(pytester)["items"]} == {"D-1": "passed", "D-2": "xfailed"}
+
+
+def test_spec_tests_refuses_test_paths_and_writes_an_empty_ledger_when_there_are_no_specs(pytester):
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest("--tokenstate-spec-tests", "test_x.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--tokenstate-spec-tests collects the spec documents and the tests they name itself; drop the test paths (test_x.py)*"])
+    result = pytester.runpytest("--tokenstate-spec-tests")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    assert (ledger(pytester)["spec_dirs"], ledger(pytester)["specs"]) == (["specs"], [])

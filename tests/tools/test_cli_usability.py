@@ -52,16 +52,53 @@ def test_a_bogus_checks_mode_is_refused_by_every_command(argv, monkeypatch, caps
     )
 
 
-@pytest.mark.parametrize("project_file", ["pyproject.toml", "pytest.ini", "tox.ini", "setup.cfg"])
-def test_verify_finds_the_specs_of_a_project_configured_by_any_pytest_file(project_file, tmp_path, monkeypatch):
-    """docs/how-to/spec-example uses a pytest.ini, no pyproject.toml: verify must still find its specs/."""
-    from tokenstate.tools.verify import find_specs_root
+OWED_SPEC = "# Mine\n\nThe contract.\n\n## Owed\n\n- **MINE-1** Not yet. — `tests/test_mine.py::test_not_yet`\n\n## Paid\n"
+OWED_TEST = "import pytest\n\n@pytest.mark.owed('MINE-1')\ndef test_not_yet():\n    assert False\n"
+PYTEST_CONFIG = {
+    "pyproject.toml": "[tool.pytest.ini_options]\nxfail_strict = true\n",
+    "pytest.ini": "[pytest]\nxfail_strict = true\n",
+    "tox.ini": "[pytest]\nxfail_strict = true\n",
+    "setup.cfg": "[tool:pytest]\nxfail_strict = true\n",
+}
 
-    (tmp_path / "specs").mkdir()
-    (tmp_path / "specs" / "mine.md").write_text("# Mine\n")
-    (tmp_path / project_file).write_text("")
+
+def _skip_checker_and_gate(monkeypatch):
+    import types
+
+    empty = types.SimpleNamespace(results=[], findings=[], to_json=lambda: "{}")
+    monkeypatch.setattr("tokenstate.tools.verify.check_registry", lambda *a, **k: empty)
+    monkeypatch.setattr("tokenstate.tools.verify.run_gates", lambda *a, **k: [])
+
+
+@pytest.mark.parametrize("project_file", sorted(PYTEST_CONFIG))
+def test_verify_from_a_subfolder_reproves_the_specs_of_a_project_configured_by_any_pytest_file(
+    project_file, tmp_path, monkeypatch, capsys
+):
+    """docs/how-to/spec-example uses a pytest.ini, no pyproject.toml: verify run anywhere inside the
+    project must find its rootdir and specs/ as pytest does, and re-prove them."""
+    (tmp_path / project_file).write_text(PYTEST_CONFIG[project_file])
+    (tmp_path / "specs" / "tests").mkdir(parents=True)
+    (tmp_path / "specs" / "mine.md").write_text(OWED_SPEC)
+    (tmp_path / "specs" / "tests" / "test_mine.py").write_text(OWED_TEST)
     (tmp_path / "pkg").mkdir()
-    assert find_specs_root(tmp_path / "pkg") == tmp_path
+    monkeypatch.chdir(tmp_path / "pkg")
+    _skip_checker_and_gate(monkeypatch)
+    assert main(["verify", "--json"]) == 0
+    specs = json.loads(capsys.readouterr().out)["specs"]
+    assert (specs["ran"], specs["owed"], specs["unhealthy"]) == (True, 1, []), specs
+
+
+def test_verify_without_specs_says_where_it_looked_and_fails_only_when_specs_were_asked_for(
+    tmp_path, monkeypatch, capsys
+):
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntokenstate_specs = contracts\n")
+    monkeypatch.chdir(tmp_path)
+    _skip_checker_and_gate(monkeypatch)
+    assert main(["verify", "--json"]) == 0  # a project without specs has nothing to re-prove
+    specs = json.loads(capsys.readouterr().out)["specs"]
+    assert not specs["ran"] and specs["note"].startswith("no spec documents in contracts (pytest's tokenstate_specs")
+    assert main(["verify", "--json", "--specs", str(tmp_path)]) == 1  # asked for by name: a failure
+    assert json.loads(capsys.readouterr().out)["specs"]["unhealthy"]
 
 
 def test_verify_refuses_a_missing_specs_dir_before_anything_runs(monkeypatch, capsys, tmp_path):
@@ -72,11 +109,9 @@ def test_verify_refuses_a_missing_specs_dir_before_anything_runs(monkeypatch, ca
     monkeypatch.setattr("tokenstate.tools.verify.run_gates", must_not_run)
     assert main(["verify", "--specs", "/nonexistent"]) == 2
     assert capsys.readouterr().err.splitlines()[0] == (
-        "tokenstate verify: error: --specs /nonexistent: no such directory; pass the checkout that "
-        "holds specs/."
+        "tokenstate verify: error: --specs /nonexistent: no such directory; pass a folder of the "
+        "project whose specs to re-prove."
     )
-    assert main(["verify", "--specs", str(tmp_path)]) == 2
-    assert "no specs/*.md there" in capsys.readouterr().err
 
 
 def test_verify_fails_when_the_spec_run_breaks_before_writing_its_ledger(tmp_path, capsys):
