@@ -47,7 +47,7 @@ from tokenstate.checker.values import (
 if TYPE_CHECKING:
     from tokenstate.checker.engine import Analyzer
 
-__all__ = ["HOST_READ", "RAW_READ", "SPREAD", "CallMixin", "kwarg_value"]
+__all__ = ["FORWARD_HOOK", "FORWARD_HOOKS", "HOST_READ", "RAW_READ", "SPREAD", "CallMixin", "is_code", "kwarg_value"]
 
 MAX_DEPTH = 64
 SPREAD = "**"
@@ -114,10 +114,26 @@ class CallMixin:
             return None  # a method rebinds it on the class
         return self.class_constant(info, expr.attr)
 
+    def forward_hook(self: Analyzer, frame: Frame, registration: str, node: ast.AST) -> None:
+        """Analysed code registered as a forward hook: torch runs it inside a module's call, with
+        whatever the model holds then, out of the checker's sight — an ``unknown`` route, kept
+        even when the model's construction registered it."""
+        hook = self.unknown(frame, f"registers a forward hook ({registration}): torch runs it out of the checker's sight", node)
+        frame.add_event(Event("unresolved", hook, FORWARD_HOOK, (frame.hop(getattr(node, "lineno", 0)),)))
+
     def unresolved(self: Analyzer, frame: Frame, callee: Unknown, node: ast.AST) -> None:
         frame.add_event(Event("unresolved", callee, "call", (frame.hop(getattr(node, "lineno", 0)),)))
 
+    def spelt_attribute_read(self: Analyzer, frame: Frame, node: ast.Call) -> Value | None:
+        """``x.__getattribute__("name")``: the attribute read it is, spelt as a call (else None)."""
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "__getattribute__" and len(node.args) == 1:
+            return self.read_named_attribute(frame, self.eval(frame, node.func.value), node.args[0], (), node)
+        return None
+
     def eval_call(self: Analyzer, frame: Frame, node: ast.Call) -> Value:
+        read = self.spelt_attribute_read(frame, node)
+        if read is not None:
+            return read
         func = self.eval(frame, node.func)
         args: list[Value] = []
         for arg in node.args:
@@ -133,12 +149,8 @@ class CallMixin:
             return args[0]
         if isinstance(func, External) and func.dotted in ("importlib.import_module", "builtins.__import__"):
             return self.import_module(frame, func.dotted, node)
-        if func == External("builtins.getattr") and len(node.args) >= 2:
-            name = self.constant_name(frame, node.args[1])
-            if name is not None:
-                found = self.attribute(frame, args[0], name, node)
-                return join(found, args[2]) if len(args) > 2 and isinstance(found, Unknown) else found
-            return self.unknown(frame, "getattr() with a computed name (dynamic dispatch)", node)
+        if func in (External("builtins.getattr"), External("builtins.object.__getattribute__")) and len(node.args) >= 2:
+            return self.read_named_attribute(frame, args[0], node.args[1], args[2:], node)
         if func == External("builtins.super"):
             if args:
                 owner = args[0].info if isinstance(args[0], ClassRef) else None
@@ -148,6 +160,15 @@ class CallMixin:
                 receiver = frame.self_value or OPAQUE
             return Super(owner, receiver) if isinstance(owner, ClassInfo) else self.unknown(frame, "super() outside a method", node)
         return self.call(frame, func, tuple(args), kwargs, node)
+
+    def read_named_attribute(self: Analyzer, frame: Frame, base: Value, name_expr: ast.expr, default: tuple[Value, ...], node: ast.Call) -> Value:
+        """``getattr(base, name[, default])`` and ``base.__getattribute__(name)``: the attribute,
+        where ``name`` is fixed (see :meth:`constant_name`); else unknown (dynamic dispatch)."""
+        name = self.constant_name(frame, name_expr)
+        if name is None:
+            return self.unknown(frame, "getattr() with a computed name (dynamic dispatch)", node)
+        found = self.attribute(frame, base, name, node)
+        return join(found, default[0]) if default and isinstance(found, Unknown) else found
 
     def keywords(self: Analyzer, frame: Frame, keywords: list[ast.keyword]) -> tuple[tuple[str, Value], ...]:
         """Keyword arguments; ``**mapping`` expands to its constant keys, else to :data:`SPREAD`."""
@@ -175,6 +196,9 @@ class CallMixin:
                 return self.call(frame, hidden, args, kwargs, node)
             if "contextmanager" in self.decorators(func):
                 return GenCM(func, args, kwargs)
+            applied = self.decorated(frame, func, node)
+            if applied != func:
+                return self.call(frame, applied, args, kwargs, node)
             return self.invoke(frame, func, args, kwargs, node).ret
         if isinstance(func, ClassRef):
             return self.instantiate(frame, func.info, args, kwargs, node)
@@ -212,7 +236,7 @@ class CallMixin:
             return OPAQUE
         for name in ("__call__", "forward"):
             member = self.class_member(inst.info, name)
-            if member is not None and isinstance(member[0], Func):
+            if member is not None and isinstance(member[0], Func | Unknown):  # unknown: a class decorator assigned it
                 return self.call(frame, self.bind_member(frame, member[0], inst, node), args, kwargs, node)
         return self.call(frame, self.unknown(frame, f"{inst.info.dotted} instance is not callable", node), args, kwargs, node)
 
@@ -260,6 +284,11 @@ class CallMixin:
             if ids is not None and has_ids(ids):
                 self.sink(frame, f"table.{name}(ids) gather", ids, node)
                 return OPAQUE
+        if name in FORWARD_HOOKS and any(is_code(v) for v in (*args, *(v for _, v in kwargs))):
+            # module.register_forward_pre_hook(self.fix_ids): torch runs the hook inside the module's
+            # call, with whatever the model holds then — code the checker does not follow there
+            self.forward_hook(frame, name, node)
+            return OPAQUE
         hidden = self.input_to_external_method(frame, base, name, args, kwargs, node)
         if hidden is not None:
             return hidden
@@ -389,6 +418,24 @@ def _may_return_true(func: ast.AST) -> bool:
         and not (isinstance(node.value, ast.Constant) and node.value.value in (None, False))
         for node in ast.walk(func)
     )
+
+
+FORWARD_HOOKS = frozenset({
+    "register_forward_pre_hook", "register_forward_hook",
+    "register_module_forward_pre_hook", "register_module_forward_hook",
+})
+"""torch's hook registrations whose hook runs during a forward call."""
+
+
+FORWARD_HOOK = "forward hook"
+"""The sink of an unresolved event that stands for a registered forward hook."""
+
+
+def is_code(value: Value) -> bool:
+    """Whether ``value`` is analysed code an external callee could run (a function, a module...)."""
+    if hasattr(value, "options"):
+        return any(is_code(o) for o in value.options)  # type: ignore[attr-defined]
+    return isinstance(value, Func | Instance | Partial | ClassRef | GenCM)
 
 
 _FILLS = frozenset({"append", "insert", "extend", "update", "setdefault"})

@@ -8,9 +8,10 @@ of the analysis itself, becomes a finding on the entry point concerned instead o
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections.abc import Sequence
 
-from tokenstate.checker.calls import HOST_READ, RAW_READ, SPREAD, CallMixin
+from tokenstate.checker.calls import FORWARD_HOOK, HOST_READ, RAW_READ, SPREAD, CallMixin
 from tokenstate.checker.config import CheckerConfig, SinkSpec
 from tokenstate.checker.evaluate import ExprMixin
 from tokenstate.checker.execute import StmtMixin
@@ -25,9 +26,10 @@ from tokenstate.checker.report import (
     Verdict,
 )
 from tokenstate.checker.resolve import ResolverMixin
-from tokenstate.checker.sources import SourceError, SourceTable
+from tokenstate.checker.sources import ModuleInfo, SourceError, SourceTable
 from tokenstate.checker.values import (
     OPAQUE,
+    ClassInfo,
     ClassRef,
     Func,
     Ids,
@@ -57,6 +59,8 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         self.in_progress: set[tuple[object, ...]] = set()
         self._generators: dict[ast.AST, bool] = {}
         self._wrappers: dict[ast.AST, str | None] = {}
+        self._decorators: dict[ast.AST, tuple[tuple[str, Value], ...]] = {}
+        self._class_patches: dict[ClassInfo, dict[str, str]] = {}
         self.sink_functions: dict[str, SinkSpec] = {
             self.canonical(s.dotted): s for s in config.sinks if s.kind == "function"
         }
@@ -146,7 +150,7 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
                 result.error = f"cannot analyse: {func.reason}"
                 return result
             result.line = func.info.line
-            summary = self.analyse(func, self.entry_arguments(target, func), (), {}, False, 0)
+            summary = self.analyse_entry(module, func, target)
         except SourceError as exc:
             result.error = f"cannot analyse: {self.config.display(exc.file)}: {exc.message}"
             return result
@@ -169,6 +173,26 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         )
         return result
 
+    def analyse_entry(self, module: ModuleInfo, func: Func, target: EntryTarget) -> Summary:
+        """The registered forward's call: through what its analysed decorators return (the
+        runtime's ``@entry_point`` wraps exactly that), with the model and the step's input; a
+        forward hook the model's construction registered counts as part of every call."""
+        # the model is built, the decorators applied and what they return called where the def stands
+        def at_the_def() -> Frame:
+            return Frame(func.info, module, self.config.display(module.file), {}, {}, False, 0)
+
+        construction = at_the_def()
+        args = self.entry_arguments(target, func, construction)
+        hooks = tuple(e for e in construction.events.values() if e.sink == FORWARD_HOOK)
+        frame, at = at_the_def(), ast.Pass(lineno=func.info.line)
+        entry = self.decorated(frame, func, at)
+        if entry == func:
+            summary = self.analyse(func, args, (), {}, False, 0)
+        else:
+            self.call(frame, entry, args, (), at)
+            summary = Summary(OPAQUE, tuple(frame.events.values()), (), (), None, None)
+        return dataclasses.replace(summary, events=(*hooks, *summary.events))
+
     def find_function(self, target: EntryTarget) -> Func | Unknown:
         head, *rest = target.qualname.split(".")
         value = self.resolve_global(target.module, head)
@@ -179,9 +203,8 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
             return Func(value.info)
         return Unknown(f"no function {target.qualname} found in module {target.module}", target.module, 0)
 
-    def entry_arguments(self, target: EntryTarget, func: Func) -> tuple[Value, ...]:
+    def entry_arguments(self, target: EntryTarget, func: Func, frame: Frame) -> tuple[Value, ...]:
         params = [*func.info.node.args.posonlyargs, *func.info.node.args.args]
-        frame = self.module_frame(self.sources.module(func.info.module))
         if len(params) < 2 and func.info.node.args.vararg is not None:
             # The runtime calls forward(model, inp): what the named parameters do not take, *args does.
             annotation = params[0].annotation if params else None

@@ -85,6 +85,15 @@ def negate(value: Value) -> Value:
     return OPAQUE
 
 
+def _sliced(base: Seq, part: ast.Slice) -> Seq:
+    """``base[a:b:c]``: the items it keeps where the bounds are integer literals, else any of them."""
+    bounds = [None if b is None else b.value if isinstance(b, ast.Constant) else ... for b in (part.lower, part.upper, part.step)]
+    if base.items is not None and all(b is None or type(b) is int for b in bounds) and bounds[2] != 0:
+        kept = base.items[slice(*bounds)]
+        return Seq(kept, join(*kept), base.pipeline)
+    return Seq(None, element_of(base), base.pipeline)
+
+
 class ExprMixin:
     def module_frame(self: Analyzer, info: ModuleInfo) -> Frame:
         return Frame(None, info, self.config.display(info.file), {}, {}, False, 0)
@@ -232,15 +241,19 @@ class ExprMixin:
             if name in ("device_tokens", "host_tokens"):
                 kind = name.partition("_")[0]
                 return Tokens(kind, fresh=kind == "host" and frame.fresh)
-            if name in ("embedding_ids", "has_stale_rows"):
+            if name == "embedding_ids":
                 return Bound(base, name)
+            if name == "has_stale_rows":  # false: no row is spliced, host ids are fresh
+                return Flag(fresh_if_true=False, fresh_if_false=True)
             return OPAQUE
         if isinstance(base, Tokens):
             if name == "ids":
                 if base.kind == "device":
                     return self.origin(frame, "device", "inp.device_tokens.ids", node)
                 return self.host_read(frame, host_kind(frame, base), "inp.host_tokens.ids", node)
-            if name in ("row_ids", "placeholder_buffer", "has_stale"):
+            if name == "has_stale" and base.kind == "host":
+                return Flag(fresh_if_true=False, fresh_if_false=True)
+            if name in ("row_ids", "placeholder_buffer"):
                 return Bound(base, name)
             if name == "_ids" and base.kind == "host":  # the private buffer: the raw read, bypassed
                 return self.host_read(frame, "host_raw", "inp.host_tokens._ids", node)
@@ -339,7 +352,9 @@ class ExprMixin:
                 position = node.slice.value
                 if -len(base.items) <= position < len(base.items):
                     return base.items[position]
-            return base if isinstance(node.slice, ast.Slice) else element_of(base)
+            if isinstance(node.slice, ast.Slice):
+                return _sliced(base, node.slice)
+            return element_of(base)
         if isinstance(base, MapV):
             key = node.slice
             return base.lookup(key.value) if isinstance(key, ast.Constant) else base.values

@@ -133,9 +133,10 @@ class StmtMixin:
             frame.fresh, frame.narrow = start
             kind = _device_pattern(case.pattern) if on_device else None
             fresh = kind == "none" or (kind is None and on_device and device_taken and not none_taken)
+            fresh = fresh or _matches_none_device_tokens(case.pattern, subject)
             self.with_facts(frame, Facts(fresh, {}))
-            for name in _captures(case.pattern):
-                self.assign(frame, ast.Name(id=name, ctx=ast.Store()), subject)
+            for name, value in self.pattern_captures(frame, case.pattern, subject).items():
+                self.assign(frame, ast.Name(id=name, ctx=ast.Store()), value)
             if case.guard is not None:
                 self.eval(frame, case.guard)
             if not self.exec_block(frame, case.body):
@@ -150,6 +151,50 @@ class StmtMixin:
             outcomes.append((start[0] or (on_device and device_taken), start[1]))
         frame.merge(states or [base])
         frame.fresh, frame.narrow = meet(outcomes) if outcomes else start
+
+    def pattern_captures(self: Analyzer, frame: Frame, pattern: ast.pattern, subject: Value) -> dict[str, Value]:
+        """The names ``pattern`` binds, with what each may hold when it matches ``subject``: the
+        subject (``case x``), its attributes (``case C(attr=x)``), items (``case (a, *rest)``) or
+        values (``case {"k": v}``); a positional class pattern's (``__match_args__``) is unknown."""
+        out: dict[str, Value] = {}
+
+        def bind(name: str | None, value: Value) -> None:
+            if name is not None:
+                out[name] = join(out[name], value) if name in out else value
+
+        def walk(p: ast.pattern, value: Value) -> None:
+            if isinstance(p, ast.MatchAs):
+                if p.pattern is not None:
+                    walk(p.pattern, value)
+                bind(p.name, value)
+            elif isinstance(p, ast.MatchOr):
+                for alternative in p.patterns:
+                    walk(alternative, value)
+            elif isinstance(p, ast.MatchClass):
+                for sub in p.patterns:
+                    walk(sub, self.unknown(frame, "a positional class pattern (the class's __match_args__)", p))
+                for attr, sub in zip(p.kwd_attrs, p.kwd_patterns, strict=True):
+                    walk(sub, self.attribute(frame, value, attr, p))
+            elif isinstance(p, ast.MatchSequence):
+                star = next((i for i, sub in enumerate(p.patterns) if isinstance(sub, ast.MatchStar)), None)
+                known = value.items if isinstance(value, Seq) and star is None else None
+                for index, sub in enumerate(p.patterns):
+                    if isinstance(sub, ast.MatchStar):
+                        bind(sub.name, Seq(None, element_of(value)))
+                    elif known is not None and len(known) == len(p.patterns):
+                        walk(sub, known[index])
+                    else:
+                        walk(sub, element_of(value))
+            elif isinstance(p, ast.MatchMapping):
+                for key, sub in zip(p.keys, p.patterns, strict=True):
+                    if not isinstance(value, MapV):
+                        walk(sub, taint(value))
+                    else:
+                        walk(sub, value.lookup(key.value) if isinstance(key, ast.Constant) else value.values)
+                bind(p.rest, value)
+
+        walk(pattern, subject)
+        return out
 
     def local_qualname(self: Analyzer, frame: Frame, name: str) -> str:
         return f"{frame.func.qualname}.<locals>.{name}" if frame.func is not None else name
@@ -319,6 +364,21 @@ def _device_pattern(pattern: ast.pattern) -> str | None:
     return None
 
 
+def _matches_none_device_tokens(pattern: ast.pattern, subject: Value) -> bool:
+    """Whether a case matches only where there are no device ids, by a ``None`` at the position of
+    ``inp.device_tokens`` in a tuple subject: ``match (inp.device_tokens, x): case (None, y):``."""
+    while isinstance(pattern, ast.MatchAs) and pattern.pattern is not None:
+        pattern = pattern.pattern
+    if not (isinstance(pattern, ast.MatchSequence) and isinstance(subject, Seq) and subject.items is not None):
+        return False
+    if any(isinstance(p, ast.MatchStar) for p in pattern.patterns) or len(pattern.patterns) != len(subject.items):
+        return False
+    return any(
+        _device_pattern(p) == "none" if item == Tokens("device") else _matches_none_device_tokens(p, item)
+        for p, item in zip(pattern.patterns, subject.items, strict=True)
+    )
+
+
 def _irrefutable(pattern: ast.pattern) -> bool:
     """``case _:`` / ``case x:`` (and ``|`` patterns holding one) match every subject."""
     if isinstance(pattern, ast.MatchAs):
@@ -326,10 +386,3 @@ def _irrefutable(pattern: ast.pattern) -> bool:
     if isinstance(pattern, ast.MatchOr):
         return any(_irrefutable(p) for p in pattern.patterns)
     return False
-
-
-def _captures(pattern: ast.pattern) -> list[str]:
-    """Names a pattern binds to the whole subject (``case x:``, ``case P() as x:``)."""
-    if isinstance(pattern, ast.MatchAs) and pattern.name is not None:
-        return [pattern.name]
-    return []

@@ -12,15 +12,15 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from tokenstate.checker.calls import kwarg_value
+from tokenstate.checker.calls import FORWARD_HOOKS, is_code, kwarg_value
 from tokenstate.checker.evaluate import element_of, host_kind
 from tokenstate.checker.frame import Frame
 from tokenstate.checker.values import (
     OPAQUE,
+    ClassInfo,
     ClassRef,
     External,
     Func,
-    GenCM,
     Instance,
     MapV,
     Partial,
@@ -46,11 +46,17 @@ _COPIES = frozenset({"copy.deepcopy", "copy.copy"})
 HIDDEN = "runs it out of the checker's sight"
 
 
-def _is_code(value: Value) -> bool:
-    """Whether ``value`` is analysed code an external callee could run (a function, a module...)."""
-    if hasattr(value, "options"):
-        return any(_is_code(o) for o in value.options)  # type: ignore[attr-defined]
-    return isinstance(value, Func | Instance | Partial | ClassRef | GenCM)
+def _attributes_assigned_on(func: ast.AST, name: str) -> set[str]:
+    """Attribute names ``func``'s body assigns on the object its parameter ``name`` holds."""
+    out: set[str] = set()
+    for node in ast.walk(func):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+        out |= {t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == name}
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" and len(node.args) >= 2:
+            subject, attr = node.args[0], node.args[1]
+            if isinstance(subject, ast.Name) and subject.id == name:
+                out.add(attr.value if isinstance(attr, ast.Constant) and isinstance(attr.value, str) else "*")
+    return out
 
 
 class ExternalMixin:
@@ -73,6 +79,56 @@ class ExternalMixin:
                 found = value.dotted
                 break
         self._wrappers[node] = found
+        return found
+
+    def analysed_decorators(self: Analyzer, node: ast.AST, module: str) -> tuple[tuple[str, Value], ...]:
+        """The decorators of ``node`` (a ``def`` or ``class``) that are analysed code, innermost
+        first, each with its source text: a factory call (``@trace(level=2)``) is evaluated to the
+        decorator it returns. External decorators are left out (assumed to return what they wrap,
+        except the opaque wrappers), and so are decorators the analysis cannot resolve."""
+        if isinstance(node, ast.Lambda) or not getattr(node, "decorator_list", None):
+            return ()
+        found = self._decorators.get(node)
+        if found is None:
+            frame = self.module_frame(self.sources.module(module))
+            found = tuple(
+                (ast.unparse(decorator), value)
+                for decorator in reversed(node.decorator_list)  # type: ignore[attr-defined]
+                if is_code(value := self.eval(frame, decorator)) and not isinstance(value, ClassRef)
+            )
+            self._decorators[node] = found
+        return found
+
+    def decorated(self: Analyzer, frame: Frame, func: Func, node: ast.AST) -> Value:
+        """``func`` as its analysed decorators leave it: each is called, innermost first, with what
+        the one below returned, starting from the raw ``def`` (a logging wrapper, a registry that
+        returns the function, a decorator that swaps in another function). A method binds what
+        they return, as Python's descriptor does for a function."""
+        decorators = () if func.raw else self.analysed_decorators(func.info.node, func.info.module)
+        if not decorators:
+            return func
+        value: Value = Func(func.info, None, func.closure, raw=True)
+        for _, decorator in decorators:
+            value = self.call(frame, decorator, (value,), (), node)
+        if func.bound is not None and isinstance(value, Func) and value.bound is None:
+            return Func(value.info, func.bound, value.closure, value.raw)
+        return value
+
+    def class_patches(self: Analyzer, cls: ClassInfo) -> dict[str, str]:
+        """Members an analysed class decorator assigns on the class it is given (``cls.forward =
+        ...``, ``setattr(cls, name, ...)``; ``"*"`` for a computed name), each with the decorator's
+        source: the checker does not follow what they assign, so those members are unknown."""
+        found = self._class_patches.get(cls)
+        if found is None:
+            found = {}
+            for text, decorator in self.analysed_decorators(cls.node, cls.module):
+                target = decorator.info.node if isinstance(decorator, Func) else None
+                params = [*target.args.posonlyargs, *target.args.args] if target is not None else []
+                if not params:
+                    continue
+                for name in _attributes_assigned_on(target, params[0].arg):  # type: ignore[arg-type]
+                    found.setdefault(name, text)
+            self._class_patches[cls] = found
         return found
 
     def import_module(self: Analyzer, frame: Frame, dotted: str, node: ast.Call) -> Value:
@@ -146,7 +202,7 @@ class ExternalMixin:
             return first
         if dotted == "typing.cast" and len(args) == 2:
             return args[1]
-        code = [v for v in (*args, *(v for _, v in kwargs)) if _is_code(v)]
+        code = [v for v in (*args, *(v for _, v in kwargs)) if is_code(v)]
         if code:
             # torch.compile(model), checkpoint(layer, ids), vmap(f)...: the callee runs our code
             # where the analysis cannot follow it; its result and any ids handed over are unknown
@@ -154,7 +210,9 @@ class ExternalMixin:
                 frame, f"analysed code is handed to {dotted}, which {HIDDEN} "
                 "(torch.compile, checkpoint and other wrappers)", node,
             )
-            if any(carries_tokens(v) for v in (*args, *(v for _, v in kwargs))) or frame.published:
+            if name in FORWARD_HOOKS:  # torch.nn.modules.module.register_module_forward_pre_hook(f)
+                self.forward_hook(frame, name, node)
+            elif any(carries_tokens(v) for v in (*args, *(v for _, v in kwargs))) or frame.published:
                 self.unresolved(frame, hidden, node)
             return hidden
         if dotted.endswith("DeviceTokens.from_host"):

@@ -19,11 +19,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from tokenstate.checker.frame import Frame
 from tokenstate.checker.values import (
     Alt,
-    Bound,
     ClassRef,
     External,
     Flag,
-    Input,
     Instance,
     Seq,
     Tokens,
@@ -150,6 +148,6 @@ def facts_of_value(value: Value) -> tuple[Facts, Facts]:
     if isinstance(value, Alt) and all(isinstance(o, Flag) for o in value.options):
         flags = [o for o in value.options if isinstance(o, Flag)]
         return Facts(all(f.fresh_if_true for f in flags), {}), Facts(all(f.fresh_if_false for f in flags), {})
-    if value in (Tokens("device"), Bound(Input(), "has_stale_rows"), Bound(Tokens("host"), "has_stale"), Bound(Tokens("host", True), "has_stale")):
+    if value == Tokens("device"):
         return _NOTHING, Facts(True, {})
     return _NOTHING, _NOTHING

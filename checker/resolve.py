@@ -199,6 +199,11 @@ class ResolverMixin:
                     fallback = fallback or External(f"{klass.dotted}.{name}")
                     continue
                 return External(f"{klass.dotted}.{name}"), None
+            patches = self.class_patches(klass)
+            decorator = patches.get(name) or patches.get("*")
+            if decorator is not None:
+                reason = f"@{decorator} assigns {klass.dotted}.{name}, and the checker does not follow class decorators"
+                return Unknown(reason, self.config.display(klass.file), klass.line), klass
             for stmt in klass.node.body:
                 if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == name:
                     qualname = f"{klass.qualname}.{name}"

@@ -150,11 +150,15 @@ class ClassInfo:
 
 @dataclass(frozen=True, slots=True)
 class Func(Value):
-    """A function value; ``bound`` is its receiver for methods, ``closure`` the enclosing locals."""
+    """A function value; ``bound`` is its receiver for methods, ``closure`` the enclosing locals.
+
+    ``raw``: the ``def``'s own body, before its analysed decorators apply — what a decorator
+    receives; a call of a Func that is not raw goes through what its decorators return."""
 
     info: FuncInfo
     bound: Value | None = None
     closure: tuple[tuple[str, Value], ...] = ()
+    raw: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,8 +228,9 @@ class MapV(Value):
     items: tuple[tuple[object, Value], ...] | None = None
 
     def lookup(self, key: object) -> Value:
-        """The value under constant ``key`` (all values when the keys are not all known)."""
-        for known, value in self.items or ():
+        """The value under constant ``key`` (all values when the keys are not all known); the last
+        entry under it wins, as in ``{"k": a, "k": b}`` and ``dict(d, k=b)``."""
+        for known, value in reversed(self.items or ()):
             if known == key and type(known) is type(key):
                 return value
         return self.values
@@ -331,6 +336,8 @@ def _with_origins(value: Value, kind_map: dict[str, str], tokens_fresh: bool | N
         return Ids(frozenset(dataclasses.replace(o, kind=kind_map.get(o.kind, o.kind)) for o in value.origins))
     if isinstance(value, Tokens) and value.kind == "host" and tokens_fresh is not None:
         return Tokens("host", tokens_fresh)
+    if isinstance(value, Flag) and tokens_fresh is False:
+        return OPAQUE  # whether this call had device ids says nothing about the next one's
     if isinstance(value, Alt):
         return join(*(_with_origins(v, kind_map, tokens_fresh) for v in value.options))
     if isinstance(value, Seq):

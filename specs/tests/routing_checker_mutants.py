@@ -15,7 +15,7 @@ import tokenstate.contracts.tokens as tokens_module
 from tokenstate.checker.engine import Analyzer
 from tokenstate.checker.frame import Frame
 from tokenstate.checker.guards import Facts
-from tokenstate.checker.values import OPAQUE, Bound, ClassRef, External, MapV, Tokens, join
+from tokenstate.checker.values import OPAQUE, Bound, ClassRef, External, Input, MapV, Tokens, join
 from tokenstate.ledger import MutantPatch, mutant
 
 
@@ -161,7 +161,7 @@ def attribute_writes_forgotten(patch: MutantPatch) -> None:
 )
 def compiled_code_followed_as_plain(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "opaque_wrapper", lambda self, func: None)
-    patch.setattr(externals_module, "_is_code", lambda value: False)
+    patch.setattr(externals_module, "is_code", lambda value: False)
 
 
 @mutant(
@@ -431,3 +431,99 @@ def none_beside_device_tokens_dropped(patch: MutantPatch) -> None:
     import tokenstate.checker.values as values_module
 
     patch.setattr(values_module, "_DEVICE_TOKENS", object())
+
+
+@mutant(
+    "RCK-29/analysed-decorators-assumed-identity",
+    doc="Every decorator is assumed to return the function it wraps: a logging wrapper of the "
+    "package that reads host ids, or one that swaps in a host forward, is never analysed.",
+)
+def analysed_decorators_assumed_identity(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "decorated", lambda self, frame, func, node: func)
+
+
+@mutant(
+    "RCK-30/class-decorators-and-hooks-unseen",
+    doc="A class decorator assigning `cls.forward`, and a forward hook registered on a module, are "
+    "ignored: the class's own forward is analysed, and the hook's host read is never seen.",
+)
+def class_decorators_and_hooks_unseen(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "class_patches", lambda self, cls: {})
+    patch.setattr(Analyzer, "forward_hook", lambda self, frame, registration, node: None)
+
+
+@mutant(
+    "RCK-31/getattribute-is-a-method-call",
+    doc="`x.__getattribute__(\"name\")` is an unknown method of plain data, not the attribute read it "
+    "is: `inp.__getattribute__(\"host_tokens\").ids` reads nothing.",
+)
+def getattribute_is_a_method_call(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "spelt_attribute_read", lambda self, frame, node: None)
+
+
+@mutant(
+    "RCK-32/first-key-wins-and-slices-keep-all",
+    doc="A dict lookup takes the first entry under a key (`{\"k\": guard, \"k\": True}` is the guard), "
+    "and a slice of a tuple is the whole tuple (`flags[1:][0]` is `flags[0]`).",
+)
+def first_key_wins_and_slices_keep_all(patch: MutantPatch) -> None:
+    def lookup(self, key):  # type: ignore[no-untyped-def]
+        for known, value in self.items or ():
+            if known == key and type(known) is type(key):
+                return value
+        return self.values
+
+    patch.setattr(MapV, "lookup", lookup)
+    patch.setattr(evaluate_module, "_sliced", lambda base, part: base)
+
+
+@mutant(
+    "RCK-33/match-binds-the-subject-only",
+    doc="A `match` case binds only names for the whole subject: `case ForwardInput(host_tokens=h)` "
+    "leaves `h` unbound (its reads unseen), and `case (None, host)` on a tuple guards nothing.",
+)
+def match_binds_the_subject_only(patch: MutantPatch) -> None:
+    def pattern_captures(self, frame, pattern, subject):  # type: ignore[no-untyped-def]
+        names = {}
+        if isinstance(pattern, ast.MatchAs) and pattern.name is not None:
+            names[pattern.name] = subject
+        return names
+
+    patch.setattr(Analyzer, "pattern_captures", pattern_captures)
+    patch.setattr(execute_module, "_matches_none_device_tokens", lambda pattern, subject: False)
+
+
+@mutant(
+    "RCK-34/stale-row-tests-are-not-values",
+    doc="`inp.has_stale_rows` and `host_tokens.has_stale` guard only where the `if` names them: kept in "
+    "a local or returned by a helper and negated, they are plain data and the guarded read a finding.",
+)
+def stale_row_tests_are_not_values(patch: MutantPatch) -> None:
+    import tokenstate.checker.guards as guards_module
+
+    original_attribute, original_facts = Analyzer.attribute, guards_module.facts_of_value
+
+    def attribute(self, frame, base, name, node):  # type: ignore[no-untyped-def]
+        if name in ("has_stale_rows", "has_stale") and (base == Input() or isinstance(base, Tokens)):
+            return Bound(base, name)
+        return original_attribute(self, frame, base, name, node)
+
+    def facts_of_value(value):  # type: ignore[no-untyped-def]
+        if isinstance(value, Bound) and value.name in ("has_stale_rows", "has_stale"):
+            return Facts(False, {}), Facts(True, {})
+        return original_facts(value)
+
+    patch.setattr(Analyzer, "attribute", attribute)
+    patch.setattr(guards_module, "facts_of_value", facts_of_value)
+
+
+@mutant(
+    "RCK-35/stored-tests-keep-guarding",
+    doc="A device-ids test stored on the model keeps guarding when read back: `self.host_fresh = not "
+    "inp.has_stale_rows` on the first step guards host reads on every later, stale, step.",
+)
+def stored_tests_keep_guarding(patch: MutantPatch) -> None:
+    from tokenstate.checker.values import Flag
+
+    original = execute_module.stored_beyond_the_call
+    patch.setattr(execute_module, "stored_beyond_the_call", lambda value: value if isinstance(value, Flag) else original(value))

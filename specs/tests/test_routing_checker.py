@@ -28,10 +28,12 @@ from tokenstate.contracts import (
 )
 
 from .routing_checker_mutants import (
+    analysed_decorators_assumed_identity,
     annotation_over_build,
     attribute_writes_forgotten,
     bool_values_are_flags,
     branch_facts_end_with_the_branch,
+    class_decorators_and_hooks_unseen,
     compiled_code_followed_as_plain,
     containers_filled_later_stay_empty,
     depth_first_mro,
@@ -40,7 +42,9 @@ from .routing_checker_mutants import (
     dict_lookup_joins_every_value,
     external_base_answers_every_member,
     external_methods_take_the_input_as_data,
+    first_key_wins_and_slices_keep_all,
     fresh_positions_checked_in_full_mode_only,
+    getattribute_is_a_method_call,
     handlers_and_managers_inherit_the_body_facts,
     host_reads_taken_as_fresh,
     import_module_is_data,
@@ -48,12 +52,15 @@ from .routing_checker_mutants import (
     inherited_embedding_forward_is_opaque,
     kwargs_spread_dropped,
     loop_exits_fall_through,
+    match_binds_the_subject_only,
     match_cases_unguarded,
     module_dict_attributes_opaque,
     none_beside_device_tokens_dropped,
     only_embedding_sinks_count,
     only_is_none_guards,
+    stale_row_tests_are_not_values,
     star_args_get_no_input,
+    stored_tests_keep_guarding,
     stored_values_stay_fresh,
     to_device_loses_the_class,
 )
@@ -275,3 +282,38 @@ def test_forward_input_refuses_logits_past_num_tokens():
     inp = ForwardInput(host, None, torch.tensor([0, 1, 3]), layout, logits.clone(), slots.long())
     with pytest.raises(ContractViolation, match=r"logits_indices must lie in \[0, num_tokens=3\)"):
         dataclasses.replace(inp, logits_indices=torch.tensor([1, 3]))
+
+
+@pytest.mark.paid("RCK-29", before=analysed_decorators_assumed_identity)
+def test_decorators_of_the_package_are_followed():
+    assert_zoo("analysed decorators", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-30", before=class_decorators_and_hooks_unseen)
+def test_class_decorators_that_assign_methods_and_forward_hooks_are_unknown():
+    assert_zoo("class decorators and forward hooks", {"unknown"})
+
+
+@pytest.mark.paid("RCK-31", before=getattribute_is_a_method_call)
+def test_attribute_reads_spelt_as_calls_are_attribute_reads():
+    assert_zoo("attribute reads spelt as calls", {"ignores"})
+
+
+@pytest.mark.paid("RCK-32", before=first_key_wins_and_slices_keep_all)
+def test_dict_keys_and_slices_are_read_as_python_reads_them():
+    assert_zoo("containers read as Python reads them", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-33", before=match_binds_the_subject_only)
+def test_match_patterns_bind_what_they_capture():
+    assert_zoo("match pattern captures", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-34", before=stale_row_tests_are_not_values)
+def test_stale_row_tests_guard_through_locals_helpers_and_not():
+    assert_zoo("stale-row tests as values", {"honors"})
+
+
+@pytest.mark.paid("RCK-35", before=stored_tests_keep_guarding)
+def test_a_freshness_test_stored_on_the_model_guards_nothing_later():
+    assert_zoo("freshness tests stored beyond the call", {"ignores"})
