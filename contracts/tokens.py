@@ -66,9 +66,9 @@ def _check_fresh_positions(ids: torch.Tensor, stale: np.ndarray) -> None:
         negative = np.flatnonzero((values < 0) & ~stale)  # [num_bad] positions
         raise ContractViolation(
             f"HostTokens: positions {negative[:8].tolist()} are not marked stale but hold negative ids "
-            f"(PLACEHOLDER is {PLACEHOLDER}); a fresh position must hold a real token id. Mark spliced "
-            "positions with stale_position_mask(), or use HostTokens(...) instead of "
-            "HostTokens.fresh(...) when some rows are spliced."
+            f"(PLACEHOLDER is {PLACEHOLDER}); a fresh position must hold a real token id. Mark the "
+            "spliced positions in the stale mask you pass to HostTokens(...) (stale_position_mask() "
+            "computes it; HostTokens.fresh(...) marks none), or put the real ids there."
         )
 
 

@@ -355,6 +355,8 @@ class LLM:
         """Step counters over the engine's lifetime (see `EngineStats`)."""
         self._lock = threading.Lock()
         self._closed = False
+        # Outputs of a step whose observer raised (Ctrl-C in the progress bar): the next step() returns them.
+        self._undelivered: list[RequestOutput] = []
         self._owner_pid = os.getpid()  # a process forked from this one must create its own LLM
         self._num_requests = 0
         self._next_request_id = 0
@@ -505,7 +507,7 @@ class LLM:
             )
 
     def _has_unfinished(self) -> bool:
-        return self._engine.has_unfinished
+        return bool(self._undelivered) or self._engine.has_unfinished
 
     @_serialized
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None) -> int:
@@ -524,8 +526,15 @@ class LLM:
 
     @_serialized
     def step(self) -> list[RequestOutput]:
-        """Run one engine step; returns the requests whose finish the host learnt in it."""
+        """Run one engine step; returns the requests whose finish the host learnt in it.
+
+        An exception from the engine step aborts every request and propagates. One raised by a step
+        observer after it (Ctrl-C in a progress bar) loses nothing: the next call returns that
+        step's finished requests before running another."""
         self._require_open("step")
+        if self._undelivered:
+            done, self._undelivered = self._undelivered, []
+            return done
         if not self._has_unfinished():
             return []
         try:
@@ -535,7 +544,9 @@ class LLM:
             raise
         self.stats.finished_requests += len(finished)
         done = [req.to_output() for req in finished]
+        self._undelivered = done  # an observer may raise: these are then the next step's result
         notify_step(done)
+        self._undelivered = []
         return done
 
     @_serialized

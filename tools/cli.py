@@ -105,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         print(f"tokenstate {args.command}: error: {exc}", file=sys.stderr)
-        print("hint: run with --debug for the traceback; see `tokenstate --help`.", file=sys.stderr)
+        if not args.debug:
+            print("hint: run with --debug for the traceback; see `tokenstate --help`.", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

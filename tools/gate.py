@@ -61,6 +61,9 @@ class GateConfig:
     checks: str | None = None
     oracle: bool = True
     quick: bool = False  # the baseline schedule only, no schedule matrix
+    # max_tokens is a default, not the user's: on a model whose context is too short for it beside
+    # prompts longer than a step's budget, the gate runs as many tokens as fit instead of refusing.
+    fit_max_tokens: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_requests", "max_tokens", "max_num_seqs", "max_num_batched_tokens"):
@@ -69,7 +72,7 @@ class GateConfig:
                 raise ConfigError(f"gate: {name} must be a positive int, got {value!r}.")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"gate: seed must be an int >= 0, got {self.seed!r}.")
-        for name in ("oracle", "quick"):
+        for name in ("oracle", "quick", "fit_max_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"gate: {name} must be a bool, got {getattr(self, name)!r}.")
         if self.checks is not None and self.checks not in CHECK_MODES:
@@ -179,7 +182,6 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
     prompt or setting) is raised to the caller.
     """
     config = config or GateConfig()
-    params = SamplingParams(max_tokens=config.max_tokens, ignore_eos=True)
     settings = {
         "device": config.device, "max_num_seqs": config.max_num_seqs,
         "max_num_batched_tokens": config.max_num_batched_tokens, "seed": config.seed,
@@ -187,6 +189,10 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
     }  # fmt: skip
     first = LLM(model, async_scheduling=False, **settings)
     shared = _shared_model(first)
+    fits = first.model.max_model_len - config.max_num_batched_tokens - 2  # beside a chunked prompt
+    if config.fit_max_tokens and 1 <= fits < config.max_tokens:
+        config = dataclasses.replace(config, max_tokens=fits)
+    params = SamplingParams(max_tokens=config.max_tokens, ignore_eos=True)
     if prompts is None:
         prompts = builtin_prompts(first.model.vocab_size, first.model.max_model_len, config)
     comparisons = ["async vs sync"]
@@ -224,7 +230,6 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
         # baseline's size; it reuses the baseline's outputs when its request set is the same.
         # ... within the model's context: prompts longer than a step's budget must still fit
         # beside the tokens (a short-context model runs its matrix a little shorter).
-        fits = first.model.max_model_len - config.max_num_batched_tokens - 2
         matrix = dataclasses.replace(
             config, num_requests=max(config.num_requests, MATRIX_MIN_REQUESTS),
             max_tokens=max(config.max_tokens, min(MATRIX_MIN_TOKENS, fits)),

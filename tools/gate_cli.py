@@ -35,7 +35,11 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "defines; repeatable",
     )
     parser.add_argument("--requests", type=int, default=8, help="requests per model (default: 8)")
-    parser.add_argument("--max-tokens", type=int, default=32, help="tokens per request (default: 32)")
+    parser.add_argument(
+        "--max-tokens", type=int, default=None,
+        help="tokens per request (default: 32, or as many as fit beside a chunked prompt in a "
+        "shorter context)",
+    )
     parser.add_argument(
         "--budget", type=int, default=32,
         help="token budget per step; prompts longer than it are prefilled in chunks (default: 32)",
@@ -56,10 +60,14 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
 
 
+DEFAULT_MAX_TOKENS = 32
+
+
 def gate_config(args: argparse.Namespace) -> GateConfig:
     return GateConfig(
         num_requests=args.requests,
-        max_tokens=args.max_tokens,
+        max_tokens=DEFAULT_MAX_TOKENS if args.max_tokens is None else args.max_tokens,
+        fit_max_tokens=args.max_tokens is None,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.budget,
         seed=args.seed,
@@ -152,8 +160,9 @@ def _cell_tokens(cell: CellReport) -> str:
 def _render_cells(reports: list[GateReport], console: Console) -> None:
     """The schedule matrix: per model and cell, the tokens matched and the conditions reached."""
     table = Table(title="schedule matrix (each cell proves its condition was reached)", title_justify="left")
-    for column in ("model", "cell", "tokens matched", "conditions reached", "result"):
-        table.add_column(column)
+    table.add_column("model", no_wrap=True, min_width=max((len(r.model) for r in reports), default=5))
+    for column in ("cell", "tokens matched", "conditions reached", "result"):
+        table.add_column(column, overflow="fold")
     for r in reports:
         model = escape(r.model)
         for cell in r.cells:

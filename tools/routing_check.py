@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from tokenstate.checker import CheckerConfig, CheckReport, EntryTarget, check_entry_points
 from tokenstate.contracts import ConfigError, ContractDefinitionError, get_checks_mode
-from tokenstate.runtime.cli_support import factories_in, import_modules
+from tokenstate.runtime.cli_support import factories_in, factory_of_model, import_modules
 from tokenstate.runtime.registry import ModelFactory
 
 __all__ = ["add_check_arguments", "check_registry", "main_check", "run_check", "target_of"]
@@ -75,17 +75,26 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
         help="import PKG (the current directory is importable) and check only the forwards it "
         "defines; repeatable",
     )
+    parser.add_argument(
+        "--model", action="append", default=[], metavar="NAME",
+        help="check only the forward of this model: a preset (tiny-llama), an architecture, or an "
+        "HF-format directory; repeatable (with --module, the package is imported first)",
+    )
 
 
 def run_check(args: argparse.Namespace) -> int:
     """Run ``tokenstate check``: 0 when clean, 1 on findings (errors propagate as TokenStateError)."""
-    report = check_registry(args.module)
+    selected = None
+    if args.model:  # the packages first: they register the names --model may use
+        import_modules(args.module)
+        selected = list(dict.fromkeys(factory_of_model(m) for m in args.model))
+    report = check_registry(args.module, selected=selected)
     print(report.to_json() if args.json else report.render())
     return 1 if report.findings else 0
 
 
 def main_check(argv: list[str]) -> int:
-    """``tokenstate check [--json] [--module PKG ...]``: 0 when clean, 1 on findings, 2 on errors."""
+    """``tokenstate check [--json] [--module PKG ...] [--model NAME ...]``: 0 when clean, 1 on findings, 2 on errors."""
     parser = argparse.ArgumentParser(
         prog="tokenstate check",
         description="Statically check that every registered forward embeds device token ids.",

@@ -78,7 +78,7 @@ def add_verify_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--specs", type=Path, default=None, metavar="DIR",
         help="a folder of the project whose spec ledger to re-prove: pytest runs there and finds the "
-        "spec folders its configuration names (tokenstate_specs; default: the current directory)",
+        "spec folders its configuration names, tokenstate_specs (default: the current directory)",
     )
     parser.add_argument("--no-specs", action="store_true", help="skip the spec ledger step")
 

@@ -97,7 +97,8 @@ def test_cli_page_shows_every_default(site_cli: ModuleType) -> None:
     assert rows and all(line.rsplit("|", 2)[-2].strip() for line in rows), "a blank Default cell"
     assert "| <code>--json</code> | print one JSON document instead of tables |  | off |" in page
     assert "| TOKENSTATE_CHECKS, else boundary |" in page
-    assert "| found from the current directory |" in page
+    assert "| the current directory |" in page
+    assert "| the nearest .tokenstate/ledger.json at or above the current directory |" in page
 
 
 def test_cli_default_of_a_path_option_is_the_path(site_cli: ModuleType) -> None:

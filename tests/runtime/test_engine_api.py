@@ -68,3 +68,30 @@ def test_a_request_the_kv_budget_can_never_hold_is_refused():
     llm = LLM(toy_factory(), kv_cache_tokens=10)
     with pytest.raises(ConfigError, match=r"may reach 12 tokens.*kv_cache_tokens=10"):
         llm.generate([[1, 2]], SamplingParams(max_tokens=10))
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_an_observer_raising_in_step_loses_no_finished_request(async_scheduling):
+    """A step observer (the CLI's progress bar) interrupted — Ctrl-C lands there — after the engine
+    finished requests: the next step() returns them; nothing is silently dropped."""
+    from tokenstate.runtime.progress import observe_steps
+
+    llm = LLM(toy_factory(), async_scheduling=async_scheduling)
+    first = llm.add_request([1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True))
+    second = llm.add_request([4, 5], SamplingParams(max_tokens=2, ignore_eos=True))
+
+    def interrupt(done):
+        if done:
+            raise KeyboardInterrupt
+
+    got = []
+    with observe_steps(interrupt):
+        interrupted = 0
+        while llm.has_unfinished_requests():
+            try:
+                got += llm.step()
+            except KeyboardInterrupt:
+                interrupted += 1
+    assert interrupted >= 1
+    assert sorted(o.request_id for o in got) == [first, second]
+    assert all(len(o.token_ids) == 2 for o in got)

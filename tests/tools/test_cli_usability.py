@@ -258,6 +258,19 @@ def test_gate_table_keeps_long_model_names_whole_at_80_columns():
     assert max(len(line) for line in text.splitlines()) <= 80
 
 
+def test_schedule_matrix_keeps_model_names_whole_at_80_columns():
+    name = "TinyRecurrentLM-from-the-tutorial"
+    cells = [
+        CellReport("random row order", "…", conditions=[]),
+        CellReport("n-gram drafts", "…", skipped=f"model {name!r} does not support n-gram drafts"),
+    ]
+    console, buffer = _console()
+    render_gate([GateReport(model=name, comparisons=["async vs sync"], cells=cells)], console)
+    text = buffer.getvalue()
+    assert text.count(name) >= 2 and "TinyRecurrent…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
 def test_checker_table_keeps_entry_names_whole_at_80_columns():
     console, buffer = _console()
     _render_checker(check_registry(), console)
@@ -279,6 +292,7 @@ def test_debug_shows_the_traceback_before_or_after_the_command(capsys, argv):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" in err and "unknown architecture or model 'NoSuchLM'" in err
+    assert "run with --debug" not in err  # it did
 
 
 def test_without_debug_there_is_no_traceback(capsys):
@@ -304,3 +318,20 @@ def test_bracketed_text_in_errors_reaches_the_terminal_whole():
     console, buffer = _console()
     _render_checker(checker, console)
     assert "fwd[0]" in buffer.getvalue() and "reads [host] ids" in buffer.getvalue()
+
+
+def test_check_model_scopes_the_checker_like_gate_and_verify(capsys):
+    assert main(["check", "--model", "tiny-llama", "--json"]) == 0
+    assert [r["entry"] for r in json.loads(capsys.readouterr().out)["results"]] == ["llama"]
+    assert main(["check", "--model", "NoSuchLM"]) == 2
+    assert "unknown architecture or model 'NoSuchLM'" in capsys.readouterr().err
+
+
+def test_gate_max_tokens_default_is_fitted_to_the_context_and_an_explicit_one_is_not():
+    from tokenstate.tools.cli import build_parser
+    from tokenstate.tools.gate_cli import gate_config
+
+    default = gate_config(build_parser().parse_args(["verify"]))
+    assert (default.max_tokens, default.fit_max_tokens) == (32, True)
+    explicit = gate_config(build_parser().parse_args(["gate", "--max-tokens", "32"]))
+    assert (explicit.max_tokens, explicit.fit_max_tokens) == (32, False)

@@ -95,6 +95,15 @@ def test_max_tokens_that_leave_no_room_for_chunked_prompts_are_refused():
 
 
 
+def test_the_command_lines_default_max_tokens_fits_a_short_context():
+    """``tokenstate gate``/``verify`` without --max-tokens on a short-context model run as many tokens
+    as fit beside a chunked prompt (the tutorial's 64-token model) instead of refusing their default."""
+    fitted = GateConfig(oracle=False, quick=True, max_tokens=100, fit_max_tokens=True, num_requests=2)
+    report = run_gate(toy_factory(), fitted)
+    assert report.passed and report.totals()["async vs sync"] == (2 * 94, 2 * 94)
+
+
+
 @entry_point
 def _raw_buffer_into_plain_embedding(model: ToyLM, inp: ForwardInput) -> torch.Tensor:
     hidden = F.embedding(inp.host_tokens._ids.long(), model.embed)  # PLACEHOLDER -> IndexError
