@@ -87,10 +87,13 @@ def negate(value: Value) -> Value:
 
 def _sliced(base: Seq, part: ast.Slice) -> Seq:
     """``base[a:b:c]``: the items it keeps where the bounds are integer literals, else any of them."""
-    bounds = [None if b is None else b.value if isinstance(b, ast.Constant) else ... for b in (part.lower, part.upper, part.step)]
-    if base.items is not None and all(b is None or type(b) is int for b in bounds) and bounds[2] != 0:
-        kept = base.items[slice(*bounds)]
-        return Seq(kept, join(*kept), base.pipeline)
+    bounds = (part.lower, part.upper, part.step)
+    literal = all(b is None or (isinstance(b, ast.Constant) and type(b.value) is int) for b in bounds)
+    if base.items is not None and literal:
+        lower, upper, step = (None if b is None else b.value for b in bounds)  # type: ignore[attr-defined]
+        if step != 0:
+            kept = base.items[lower:upper:step]
+            return Seq(kept, join(*kept), base.pipeline)
     return Seq(None, element_of(base), base.pipeline)
 
 
