@@ -94,7 +94,7 @@ def test_host_tokens_refuses_malformed_input(ids, stale, qsl, slots, message):
 def test_every_mode_refuses_a_placeholder_outside_the_stale_mask(mode):
     with checks_mode(mode), pytest.raises(ContractViolation, match=r"positions \[1\] are not marked stale but hold negative ids"):
         HostTokens(i32([1, PLACEHOLDER]), torch.zeros(2, dtype=torch.bool), i32([0, 2]), i32([0]))
-    with checks_mode(mode), pytest.raises(ContractViolation, match=r"instead of HostTokens\.fresh"):
+    with checks_mode(mode), pytest.raises(ContractViolation, match=r"stale_position_mask\(\) computes it; HostTokens\.fresh\(\.\.\.\) marks none"):
         HostTokens.fresh(i32([PLACEHOLDER, 4]), i32([0, 2]), i32([0]))
     HostTokens(i32([1, PLACEHOLDER]), torch.tensor([False, True]), i32([0, 2]), i32([0]))  # stale: fine
 
