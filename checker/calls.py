@@ -40,6 +40,7 @@ from tokenstate.checker.values import (
     has_ids,
     join,
     read_without_device_ids,
+    stored_beyond_the_call,
     taint,
     with_item,
 )
@@ -199,7 +200,10 @@ class CallMixin:
             applied = self.decorated(frame, func, node)
             if applied != func:
                 return self.call(frame, applied, args, kwargs, node)
-            return self.invoke(frame, func, args, kwargs, node).ret
+            ret = self.invoke(frame, func, args, kwargs, node).ret
+            if self.decorators(func) & RESULT_CACHES:  # a later call may get this call's result
+                return stored_beyond_the_call(ret)
+            return ret
         if isinstance(func, ClassRef):
             return self.instantiate(frame, func.info, args, kwargs, node)
         if isinstance(func, Instance):
@@ -371,11 +375,13 @@ class CallMixin:
         if isinstance(manager, Alt):
             return any(self.may_swallow(option) for option in manager.options)
         if isinstance(manager, External):
-            return self.canonical(manager.dotted) == "contextlib.suppress"
+            return self.canonical(manager.dotted) in SWALLOWING_MANAGERS
         if isinstance(manager, GenCM):
             return _yield_in_handled_try(manager.func.info.node)
         if isinstance(manager, Instance):
             member = self.class_member(manager.info, "__exit__")
+            if member is not None and isinstance(member[0], External):  # inherited: class Quiet(suppress)
+                return self.canonical(member[0].dotted.rpartition(".")[0]) in SWALLOWING_MANAGERS
             return member is not None and isinstance(member[0], Func) and _may_return_true(member[0].info.node)
         return False
 
@@ -403,10 +409,28 @@ class CallMixin:
         return OPAQUE
 
 
+RESULT_CACHES = frozenset({"lru_cache", "cache"})
+"""functools decorators that hand a later call what an earlier one returned."""
+
+
+SWALLOWING_MANAGERS = frozenset({"contextlib.suppress", "contextlib.ExitStack", "contextlib.AsyncExitStack"})
+"""External managers that may swallow their body's exception (an exit stack: any context entered on
+it may)."""
+
+
 def _yield_in_handled_try(func: ast.AST) -> bool:
+    """A ``yield`` inside a ``try`` with handlers, or inside a ``with`` on a manager named like one
+    that swallows (``suppress``, an ``ExitStack``): the generator's manager may swallow too."""
+    def swallowing(node: ast.AST) -> bool:
+        if isinstance(node, ast.Try | ast.TryStar):
+            return bool(node.handlers)
+        if isinstance(node, ast.With | ast.AsyncWith):
+            named = (item.context_expr.func if isinstance(item.context_expr, ast.Call) else item.context_expr for item in node.items)
+            return any(getattr(n, "attr", getattr(n, "id", "")) in ("suppress", "ExitStack", "AsyncExitStack") for n in named)
+        return False
+
     return any(
-        isinstance(node, ast.Try | ast.TryStar) and node.handlers
-        and any(isinstance(inner, ast.Yield | ast.YieldFrom) for stmt in node.body for inner in ast.walk(stmt))
+        swallowing(node) and any(isinstance(inner, ast.Yield | ast.YieldFrom) for stmt in node.body for inner in ast.walk(stmt))
         for node in ast.walk(func)
     )
 

@@ -81,6 +81,10 @@ DEFAULT_OPAQUE_WRAPPERS: frozenset[str] = frozenset({
     "torch.vmap",
     "torch.func.vmap",
     "torch.func.functional_call",
+    # the implementation that runs is picked by the argument's type at run time, among
+    # functions registered anywhere (@f.register): the checker does not pick it
+    "functools.singledispatch",
+    "functools.singledispatchmethod",
 })
 
 

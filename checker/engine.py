@@ -61,6 +61,7 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         self._wrappers: dict[ast.AST, str | None] = {}
         self._decorators: dict[ast.AST, tuple[tuple[str, Value], ...]] = {}
         self._class_patches: dict[ClassInfo, dict[str, str]] = {}
+        self._decorating: set[ast.AST] = set()  # defs whose decorators are being applied
         self.sink_functions: dict[str, SinkSpec] = {
             self.canonical(s.dotted): s for s in config.sinks if s.kind == "function"
         }

@@ -48,6 +48,7 @@ from tokenstate.checker.values import (
     Value,
     has_ids,
     join,
+    stored_beyond_the_call,
     taint,
 )
 
@@ -291,8 +292,10 @@ class ExprMixin:
             if base.kind == "local":
                 return self.read_cell(frame, f"{base.name}.{name}", node)
             return Bound(base, name)
-        if isinstance(base, Func) and name in ("__wrapped__", "__func__"):
-            return Func(base.info)
+        if isinstance(base, Func) and name == "__wrapped__":  # functools.wraps: the def's own body
+            return Func(base.info, None, base.closure, raw=True)
+        if isinstance(base, Func) and name == "__func__":
+            return Func(base.info, None, base.closure, base.raw)
         if isinstance(base, Unknown):
             return base
         return OPAQUE
@@ -327,6 +330,11 @@ class ExprMixin:
                 # super().forward(ids) in an nn.Embedding subclass: the inherited lookup is the sink
                 return External(owner, instance=True)
             return Bound(receiver if isinstance(receiver, Instance) and attr in RETURNS_SELF else OPAQUE, attr)
+        if isinstance(member, Instance) and receiver != OPAQUE:
+            getter = self.class_member(member.info, "__get__")
+            if getter is not None and isinstance(getter[0], Func):  # a descriptor: its __get__ gives the value
+                owner = ClassRef(receiver.info) if isinstance(receiver, Instance) else OPAQUE
+                return self.call(frame, self.bind_member(frame, getter[0], member, node), (receiver, owner), (), node)
         if not isinstance(member, Func) or member.bound is not None:
             return member
         decorators = self.decorators(member)
@@ -336,8 +344,10 @@ class ExprMixin:
             owner = receiver.info if isinstance(receiver, Instance) else None
             return Func(member.info, ClassRef(owner) if isinstance(owner, ClassInfo) else receiver)
         bound = Func(member.info, receiver)
-        if "property" in decorators or "cached_property" in decorators:
+        if "property" in decorators:
             return self.call(frame, bound, (), (), node)
+        if "cached_property" in decorators:  # computed once, then kept on the instance for later calls
+            return stored_beyond_the_call(self.call(frame, bound, (), (), node))
         return bound
 
     def super_attribute(self: Analyzer, frame: Frame, base: Super, name: str, node: ast.AST) -> Value:

@@ -97,7 +97,12 @@ class StmtMixin:
         elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
             info = FuncInfo(frame.module.name, self.local_qualname(frame, stmt.name), stmt.lineno, frame.module.file, stmt)
             scope = {**frame.closure, **frame.env}
-            frame.env[stmt.name] = Func(info, None, tuple(sorted(scope.items(), key=lambda kv: kv[0])))
+            func = Func(info, None, tuple(sorted(scope.items(), key=lambda kv: kv[0])), raw=frame.func is not None)
+            if func.raw:  # a def inside a function: its decorators run here, on this frame's names
+                decorators = self.analysed_decorators(stmt, frame.module.name, frame=frame)
+                frame.env[stmt.name] = self.apply_decorators(frame, func, decorators, stmt) if decorators else func
+            else:
+                frame.env[stmt.name] = func
         elif isinstance(stmt, ast.ClassDef):
             info = ClassInfo(frame.module.name, self.local_qualname(frame, stmt.name), stmt.lineno, frame.module.file, stmt)
             frame.env[stmt.name] = ClassRef(info)

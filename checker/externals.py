@@ -21,11 +21,14 @@ from tokenstate.checker.values import (
     ClassRef,
     External,
     Func,
+    FuncInfo,
+    GenCM,
     Instance,
     MapV,
     Partial,
     Seq,
     Tokens,
+    Unknown,
     Value,
     carries_tokens,
     join,
@@ -44,19 +47,6 @@ _PLAIN_BUILTINS = frozenset(
 _SEQ_BUILTINS = frozenset("list tuple reversed sorted iter set frozenset filter".split())
 _COPIES = frozenset({"copy.deepcopy", "copy.copy"})
 HIDDEN = "runs it out of the checker's sight"
-
-
-def _attributes_assigned_on(func: ast.AST, name: str) -> set[str]:
-    """Attribute names ``func``'s body assigns on the object its parameter ``name`` holds."""
-    out: set[str] = set()
-    for node in ast.walk(func):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
-        out |= {t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == name}
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" and len(node.args) >= 2:
-            subject, attr = node.args[0], node.args[1]
-            if isinstance(subject, ast.Name) and subject.id == name:
-                out.add(attr.value if isinstance(attr, ast.Constant) and isinstance(attr.value, str) else "*")
-    return out
 
 
 class ExternalMixin:
@@ -81,55 +71,136 @@ class ExternalMixin:
         self._wrappers[node] = found
         return found
 
-    def analysed_decorators(self: Analyzer, node: ast.AST, module: str) -> tuple[tuple[str, Value], ...]:
+    def analysed_decorators(self: Analyzer, node: ast.AST, module: str, owner: ClassInfo | None = None,
+                            frame: Frame | None = None) -> tuple[tuple[str, Value], ...]:
         """The decorators of ``node`` (a ``def`` or ``class``) that are analysed code, innermost
-        first, each with its source text: a factory call (``@trace(level=2)``) is evaluated to the
-        decorator it returns. External decorators are left out (assumed to return what they wrap,
-        except the opaque wrappers), and so are decorators the analysis cannot resolve."""
+        first, each with its source text, evaluated where the def stands: in ``frame`` for a def
+        inside a function, else in its module (with its class body's functions, for a method). A
+        factory call (``@trace(level=2)``) is evaluated to the decorator it returns; a class is a
+        decorator too (``@Traced``). External decorators are left out (assumed to return what they
+        wrap, except the opaque wrappers), and so are decorators the analysis cannot resolve."""
         if isinstance(node, ast.Lambda) or not getattr(node, "decorator_list", None):
             return ()
-        found = self._decorators.get(node)
-        if found is None:
+        cached = frame is None
+        if cached and node in self._decorators:
+            return self._decorators[node]
+        if frame is None:
             frame = self.module_frame(self.sources.module(module))
-            found = tuple(
-                (ast.unparse(decorator), value)
-                for decorator in reversed(node.decorator_list)  # type: ignore[attr-defined]
-                if is_code(value := self.eval(frame, decorator)) and not isinstance(value, ClassRef)
-            )
+            if owner is not None:
+                frame.env.update(self.class_body_functions(owner))
+        found = tuple(
+            (ast.unparse(decorator), value)
+            for decorator in reversed(node.decorator_list)  # type: ignore[attr-defined]
+            if is_code(value := self.eval(frame, decorator))
+        )
+        if cached:
             self._decorators[node] = found
         return found
 
+    def class_body_functions(self: Analyzer, cls: ClassInfo) -> dict[str, Value]:
+        """The functions a class body defines, as its own decorators see them (plain functions)."""
+        return {
+            stmt.name: Func(FuncInfo(cls.module, f"{cls.qualname}.{stmt.name}", stmt.lineno, cls.file, stmt, cls))
+            for stmt in cls.node.body if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+
     def decorated(self: Analyzer, frame: Frame, func: Func, node: ast.AST) -> Value:
-        """``func`` as its analysed decorators leave it: each is called, innermost first, with what
-        the one below returned, starting from the raw ``def`` (a logging wrapper, a registry that
-        returns the function, a decorator that swaps in another function). A method binds what
-        they return, as Python's descriptor does for a function."""
-        decorators = () if func.raw else self.analysed_decorators(func.info.node, func.info.module)
+        """``func`` as its analysed decorators leave it (see :meth:`apply_decorators`); a method
+        binds what they return, as Python's descriptor does for a function. A def inside a
+        function had its decorators applied where it stands (its value is raw from then on)."""
+        if func.raw:
+            return func
+        decorators = self.analysed_decorators(func.info.node, func.info.module, func.info.owner)
         if not decorators:
             return func
-        value: Value = Func(func.info, None, func.closure, raw=True)
-        for _, decorator in decorators:
-            value = self.call(frame, decorator, (value,), (), node)
+        value = self.apply_decorators(frame, Func(func.info, None, func.closure, raw=True), decorators, node)
         if func.bound is not None and isinstance(value, Func) and value.bound is None:
             return Func(value.info, func.bound, value.closure, value.raw)
         return value
 
-    def class_patches(self: Analyzer, cls: ClassInfo) -> dict[str, str]:
-        """Members an analysed class decorator assigns on the class it is given (``cls.forward =
-        ...``, ``setattr(cls, name, ...)``; ``"*"`` for a computed name), each with the decorator's
-        source: the checker does not follow what they assign, so those members are unknown."""
-        found = self._class_patches.get(cls)
-        if found is None:
-            found = {}
-            for text, decorator in self.analysed_decorators(cls.node, cls.module):
-                target = decorator.info.node if isinstance(decorator, Func) else None
-                params = [*target.args.posonlyargs, *target.args.args] if target is not None else []
-                if not params:
+    def apply_decorators(self: Analyzer, frame: Frame, raw: Func, decorators: tuple[tuple[str, Value], ...],
+                         node: ast.AST) -> Value:
+        """Call each decorator, innermost first, with what the one below returned, starting from
+        the raw ``def`` — a logging wrapper, a registry that returns the function, a decorator that
+        swaps in another function. A ``@contextmanager`` manager used as a decorator runs the
+        function inside it (the function itself is what runs); a decorator that returns something
+        the checker cannot call, or that applies itself again while it is applied, is unknown."""
+        if raw.info.node in self._decorating:
+            return self.unknown(frame, f"the decorators of {raw.info.dotted} apply themselves again (recursive decorators)", node)
+        self._decorating.add(raw.info.node)
+        try:
+            value: Value = raw
+            for text, decorator in decorators:
+                if isinstance(decorator, GenCM):
                     continue
-                for name in _attributes_assigned_on(target, params[0].arg):  # type: ignore[arg-type]
-                    found.setdefault(name, text)
-            self._class_patches[cls] = found
+                result = self.call(frame, decorator, (value,), (), node)
+                if not (is_code(result) or isinstance(result, Unknown)):
+                    result = self.unknown(frame, f"@{text} returns something the checker cannot follow as a function", node)
+                value = result
+            return value
+        finally:
+            self._decorating.discard(raw.info.node)
+
+    def class_patches(self: Analyzer, cls: ClassInfo) -> dict[str, str]:
+        """Members of ``cls`` that code the checker does not follow may replace, each with that
+        code's source (``"*"``: any member): what an analysed class decorator assigns on the class
+        it is given — directly, through an alias or through a helper it passes the class to — or
+        anything when it returns another class or is not a plain function; what an analysed base's
+        ``__init_subclass__`` assigns; anything when an analysed metaclass builds the class."""
+        found = self._class_patches.get(cls)
+        if found is not None:
+            return found
+        found = self._class_patches[cls] = {}  # filled below; a lookup from inside sees none yet
+        for text, decorator in self.analysed_decorators(cls.node, cls.module):
+            target = decorator.info.node if isinstance(decorator, Func) else None
+            params = [*target.args.posonlyargs, *target.args.args] if isinstance(target, ast.FunctionDef | ast.Lambda) else []
+            frame = self.module_frame(self.sources.module(cls.module))
+            if not params or self.call(frame, decorator, (ClassRef(cls),), (), cls.node) != ClassRef(cls):
+                found.setdefault("*", text)
+                continue
+            for name in self.assigned_on(target, params[0].arg, decorator.info.module):  # type: ignore[union-attr]
+                found.setdefault(name, text)
+        for base in self.mro(cls)[1:]:
+            if isinstance(base, ClassInfo):
+                hook = next((s for s in base.node.body if isinstance(s, ast.FunctionDef) and s.name == "__init_subclass__"), None)
+                params = [*hook.args.posonlyargs, *hook.args.args] if hook is not None else []
+                for name in self.assigned_on(hook, params[0].arg, base.module) if params else ():
+                    found.setdefault(name, f"{base.dotted}.__init_subclass__")
+        for klass in self.mro(cls):
+            meta = next((k.value for k in klass.node.keywords if k.arg == "metaclass"), None) if isinstance(klass, ClassInfo) else None
+            if meta is not None and isinstance(self.eval(self.module_frame(self.sources.module(klass.module)), meta), ClassRef):
+                found.setdefault("*", f"metaclass {ast.unparse(meta)}")
         return found
+
+    def assigned_on(self: Analyzer, func: ast.AST, name: str, module: str, depth: int = 0) -> set[str]:
+        """Attribute names ``func``'s body assigns on the object its parameter ``name`` holds —
+        directly, through a local alias, or in an analysed helper it passes the object to
+        (``"*"`` for a computed name)."""
+        aliases = {name} | {
+            t.id for n in ast.walk(func) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name) and n.value.id == name
+            for t in n.targets if isinstance(t, ast.Name)
+        }
+        out: set[str] = set()
+        for node in ast.walk(func):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+            out |= {t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in aliases}
+            if not isinstance(node, ast.Call):
+                continue
+            passed = [i for i, a in enumerate(node.args) if isinstance(a, ast.Name) and a.id in aliases]
+            if not passed:
+                continue
+            if isinstance(node.func, ast.Name) and node.func.id == "setattr" and passed[0] == 0 and len(node.args) >= 2:
+                attr = node.args[1]
+                out.add(attr.value if isinstance(attr, ast.Constant) and isinstance(attr.value, str) else "*")
+                continue
+            helper = self.eval(self.module_frame(self.sources.module(module)), node.func) if depth < 3 else None
+            if isinstance(helper, Func) and isinstance(helper.info.node, ast.FunctionDef):
+                params = [*helper.info.node.args.posonlyargs, *helper.info.node.args.args]
+                for index in passed:
+                    if index < len(params):
+                        out |= self.assigned_on(helper.info.node, params[index].arg, helper.info.module, depth + 1)
+
+        return out
 
     def import_module(self: Analyzer, frame: Frame, dotted: str, node: ast.Call) -> Value:
         """``importlib.import_module("pkg.mod")`` is the module; a computed name is unknown."""

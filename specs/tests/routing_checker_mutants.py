@@ -15,7 +15,19 @@ import tokenstate.contracts.tokens as tokens_module
 from tokenstate.checker.engine import Analyzer
 from tokenstate.checker.frame import Frame
 from tokenstate.checker.guards import Facts
-from tokenstate.checker.values import OPAQUE, Bound, ClassRef, External, Input, MapV, Tokens, join
+from tokenstate.checker.values import (
+    OPAQUE,
+    Bound,
+    ClassRef,
+    External,
+    Func,
+    GenCM,
+    Input,
+    Instance,
+    MapV,
+    Tokens,
+    join,
+)
 from tokenstate.ledger import MutantPatch, mutant
 
 
@@ -527,3 +539,88 @@ def stored_tests_keep_guarding(patch: MutantPatch) -> None:
 
     original = execute_module.stored_beyond_the_call
     patch.setattr(execute_module, "stored_beyond_the_call", lambda value: value if isinstance(value, Flag) else original(value))
+
+
+@mutant(
+    "RCK-36/decorators-evaluated-at-module-level-only",
+    doc="Decorators are evaluated in the module's namespace only and must be functions: one defined "
+    "in the forward or the class body, or a class used as a decorator, is dropped; a context "
+    "manager used as one swallows the function.",
+)
+def decorators_evaluated_at_module_level_only(patch: MutantPatch) -> None:
+    original = Analyzer.analysed_decorators
+
+    def analysed_decorators(self, node, module, owner=None, frame=None):  # type: ignore[no-untyped-def]
+        return tuple(
+            (text, value) for text, value in original(self, node, module)
+            if not isinstance(value, ClassRef | GenCM)
+        )
+
+    patch.setattr(Analyzer, "analysed_decorators", analysed_decorators)
+
+
+@mutant(
+    "RCK-37/class-patching-by-direct-assignment-only",
+    doc="Only a class decorator's direct `cls.x = ...` counts as patching: one returning a subclass, "
+    "one using a helper, a base's __init_subclass__ and a metaclass leave the class's own forward.",
+)
+def class_patching_by_direct_assignment_only(patch: MutantPatch) -> None:
+    def class_patches(self, cls):  # type: ignore[no-untyped-def]
+        found = {}
+        for text, decorator in self.analysed_decorators(cls.node, cls.module):
+            target = decorator.info.node if isinstance(decorator, Func) else None
+            params = [*target.args.posonlyargs, *target.args.args] if isinstance(target, ast.FunctionDef) else []
+            for node in ast.walk(target) if params else ():
+                for t in node.targets if isinstance(node, ast.Assign) else ():
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == params[0].arg:
+                        found.setdefault(t.attr, text)
+        return found
+
+    patch.setattr(Analyzer, "class_patches", class_patches)
+
+
+@mutant(
+    "RCK-38/descriptors-read-as-plain-attributes",
+    doc="A class attribute holding a descriptor reads as the descriptor object itself, never as what "
+    "its __get__ returns.",
+)
+def descriptors_read_as_plain_attributes(patch: MutantPatch) -> None:
+    original = Analyzer.bind_member
+
+    def bind_member(self, frame, member, receiver, node):  # type: ignore[no-untyped-def]
+        return original(self, frame, member, OPAQUE, node) if isinstance(member, Instance) else original(self, frame, member, receiver, node)
+
+    patch.setattr(Analyzer, "bind_member", bind_member)
+
+
+@mutant(
+    "RCK-39/single-dispatch-is-a-plain-decorator",
+    doc="functools.singledispatch is assumed to return the function it wraps: the base "
+    "implementation is analysed, the registered ones never.",
+)
+def single_dispatch_is_a_plain_decorator(patch: MutantPatch) -> None:
+    original = Analyzer.opaque_wrapper
+
+    def opaque_wrapper(self, func):  # type: ignore[no-untyped-def]
+        found = original(self, func)
+        return None if found is not None and "singledispatch" in found else found
+
+    patch.setattr(Analyzer, "opaque_wrapper", opaque_wrapper)
+
+
+@mutant(
+    "RCK-40/only-suppress-swallows",
+    doc="Only contextlib.suppress itself swallows: an ExitStack it was entered on, a subclass of it "
+    "and a @contextmanager yielding inside it are taken to swallow nothing.",
+)
+def only_suppress_swallows(patch: MutantPatch) -> None:
+    patch.setattr(calls_module, "SWALLOWING_MANAGERS", frozenset({"contextlib.suppress"}))
+
+    def yield_in_handled_try(func):  # type: ignore[no-untyped-def]
+        return any(
+            isinstance(node, ast.Try | ast.TryStar) and node.handlers
+            and any(isinstance(inner, ast.Yield | ast.YieldFrom) for stmt in node.body for inner in ast.walk(stmt))
+            for node in ast.walk(func)
+        )
+
+    patch.setattr(calls_module, "_yield_in_handled_try", yield_in_handled_try)

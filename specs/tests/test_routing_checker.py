@@ -34,9 +34,12 @@ from .routing_checker_mutants import (
     bool_values_are_flags,
     branch_facts_end_with_the_branch,
     class_decorators_and_hooks_unseen,
+    class_patching_by_direct_assignment_only,
     compiled_code_followed_as_plain,
     containers_filled_later_stay_empty,
+    decorators_evaluated_at_module_level_only,
     depth_first_mro,
+    descriptors_read_as_plain_attributes,
     device_ids_checked_in_full_mode_only,
     device_logits_indices_shape_only,
     dict_lookup_joins_every_value,
@@ -58,6 +61,8 @@ from .routing_checker_mutants import (
     none_beside_device_tokens_dropped,
     only_embedding_sinks_count,
     only_is_none_guards,
+    only_suppress_swallows,
+    single_dispatch_is_a_plain_decorator,
     stale_row_tests_are_not_values,
     star_args_get_no_input,
     stored_tests_keep_guarding,
@@ -317,3 +322,28 @@ def test_stale_row_tests_guard_through_locals_helpers_and_not():
 @pytest.mark.paid("RCK-35", before=stored_tests_keep_guarding)
 def test_a_freshness_test_stored_on_the_model_guards_nothing_later():
     assert_zoo("freshness tests stored beyond the call", {"ignores"})
+
+
+@pytest.mark.paid("RCK-36", before=decorators_evaluated_at_module_level_only)
+def test_decorators_are_evaluated_where_the_def_stands():
+    assert_zoo("decorators where they stand", {"honors", "ignores", "unknown"})
+
+
+@pytest.mark.paid("RCK-37", before=class_patching_by_direct_assignment_only)
+def test_class_level_patching_makes_the_members_unknown():
+    assert_zoo("class-level patching", {"honors", "unknown"})
+
+
+@pytest.mark.paid("RCK-38", before=descriptors_read_as_plain_attributes)
+def test_a_descriptor_reads_as_what_its_get_returns():
+    assert_zoo("descriptors", {"ignores"})
+
+
+@pytest.mark.paid("RCK-39", before=single_dispatch_is_a_plain_decorator)
+def test_single_dispatch_is_unknown():
+    assert_zoo("dispatch by argument type", {"unknown"})
+
+
+@pytest.mark.paid("RCK-40", before=only_suppress_swallows)
+def test_exit_stacks_suppress_subclasses_and_managers_yielding_in_suppress_swallow():
+    assert_zoo("managers that swallow", {"ignores"})

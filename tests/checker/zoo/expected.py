@@ -155,6 +155,22 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.lookups", "no_stale_rows_by_a_helper"): ("honors", "stale-row tests as values"),
     ("czoo.lookups", "no_stale_rows_in_a_local"): ("honors", "stale-row tests as values"),
     ("czoo.lookups", "freshness_test_kept_on_the_model"): ("ignores", "freshness tests stored beyond the call"),
+    ("czoo.patching", "class_as_a_decorator"): ("ignores", "decorators where they stand"),
+    ("czoo.patching", "decorator_defined_in_the_forward"): ("ignores", "decorators where they stand"),
+    ("czoo.patching", "decorator_defined_in_the_class_body"): ("ignores", "decorators where they stand"),
+    ("czoo.patching", "context_manager_as_a_decorator"): ("ignores", "decorators where they stand"),
+    ("czoo.patching", "wrapped_body_called_through_dunder_wrapped"): ("honors", "decorators where they stand"),
+    ("czoo.patching", "decorator_that_applies_itself"): ("unknown", "decorators where they stand"),
+    ("czoo.patching", "class_decorator_returns_a_subclass"): ("unknown", "class-level patching"),
+    ("czoo.patching", "class_decorator_assigns_through_a_helper"): ("unknown", "class-level patching"),
+    ("czoo.patching", "init_subclass_assigns_forward"): ("unknown", "class-level patching"),
+    ("czoo.patching", "metaclass_rewrites_forward"): ("unknown", "class-level patching"),
+    ("czoo.patching", "class_decorator_that_returns_the_class"): ("honors", "class-level patching"),
+    ("czoo.patching", "descriptor_reads_host_ids"): ("ignores", "descriptors"),
+    ("czoo.patching", "single_dispatch_picks_at_run_time"): ("unknown", "dispatch by argument type"),
+    ("czoo.patching", "exit_stack_swallows_then_host"): ("ignores", "managers that swallow"),
+    ("czoo.patching", "suppress_subclass_swallows_then_host"): ("ignores", "managers that swallow"),
+    ("czoo.patching", "manager_yielding_inside_suppress_then_host"): ("ignores", "managers that swallow"),
 }
 
 # The forwards whose model class comes from their factory's build function.
