@@ -123,6 +123,7 @@ class Ledger:
     specs: list[SpecCheckEntry]
     generated: str | None = None
     spec_dirs: list[str] = field(default_factory=list)
+    error: str | None = None  # why the run could not read the specs (then there are no items)
 
     @classmethod
     def build(
@@ -187,6 +188,7 @@ class Ledger:
             "version": LEDGER_VERSION,
             "generated": self.generated,
             "spec_dirs": self.spec_dirs,
+            "error": self.error,
             "items": [asdict(e) for e in self.items],
             "specs": [asdict(s) for s in self.specs],
         }
@@ -203,12 +205,21 @@ class Ledger:
                 [SpecCheckEntry(**_known(SpecCheckEntry, s)) for s in data.get("specs", [])],
                 data.get("generated"),
                 [str(d) for d in data.get("spec_dirs", [])],
+                None if data.get("error") is None else str(data["error"]),
             )
         except TypeError as exc:
             raise ConfigError(
                 f"{source}: malformed ledger entry ({exc}); re-run pytest to rewrite it."
             ) from exc
-        bad = [e.id for e in ledger.items if not (isinstance(e.id, str) and ITEM_ID.fullmatch(e.id))]
+        wrong = [
+            f"{getattr(e, 'id', '?')}.{f.name}" for e in ledger.items for f in fields(LedgerEntry)
+            if not _has_type(getattr(e, f.name), _ENTRY_TYPES[f.name])
+        ]
+        if wrong:
+            raise ConfigError(
+                f"{source}: fields of the wrong type ({', '.join(wrong[:5])}); re-run pytest to rewrite it."
+            )
+        bad = [e.id for e in ledger.items if not ITEM_ID.fullmatch(e.id)]
         if bad:
             raise ConfigError(
                 f"{source}: item ids {bad!r} are not spec item ids (like ABC-1); re-run pytest to rewrite it."
@@ -238,6 +249,20 @@ class Ledger:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, path)
+
+
+_ENTRY_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "spec": (str,), "state": (str,), "test": (str,), "text": (str,), "spec_file": (str,),
+    "spec_line": (int,), "red_before_verified": (bool, type(None)), "last_result": (str, type(None)),
+    "mutant": (str, type(None)), "mutant_doc": (str, type(None)), "nodeids": (list,),
+    "timestamp": (str, type(None)),
+}  # fmt: skip
+
+
+def _has_type(value: Any, types: tuple[type, ...]) -> bool:
+    if int in types and isinstance(value, bool):
+        return False  # JSON true is not a line number
+    return isinstance(value, types)
 
 
 def _known(cls: type, data: Any) -> dict[str, Any]:

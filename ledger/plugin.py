@@ -15,6 +15,7 @@ Registered by :mod:`tokenstate.pytest_plugin` (which stays import-light); see do
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 from tokenstate.contracts.errors import ContractDefinitionError
-from tokenstate.ledger.ledger import ItemOutcome, Ledger
+from tokenstate.ledger.ledger import ItemOutcome, Ledger, now
 from tokenstate.ledger.mutants import Mutant
 from tokenstate.ledger.spec import (
     Spec,
@@ -37,6 +38,7 @@ from tokenstate.ledger.spec import (
 __all__ = ["LedgerPlugin"]
 
 MARKERS = ("owed", "paid")
+_SECTION = re.compile(r"^##\s+(Owed|Paid)\s*$", re.MULTILINE)
 _ITEM_PROP = "tokenstate_item"
 _RESULT_PROP = "tokenstate_result"
 _RED_BEFORE_PROP = "tokenstate_red_before"
@@ -70,6 +72,11 @@ class SpecFile(pytest.File):
         spec = parse_spec(self.path)  # malformed -> a collection error naming file:line
         yield SpecCheck.from_parent(self, name="cross-check", spec=spec, plugin=plugin)
 
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, ContractDefinitionError):
+            return str(excinfo.value)  # file:line and what to fix; the plugin's frames say nothing
+        return super().repr_failure(excinfo)
+
 
 class SpecCheck(pytest.Item):
     def __init__(self, *, spec: Spec, plugin: LedgerPlugin, **kwargs: Any) -> None:
@@ -79,6 +86,9 @@ class SpecCheck(pytest.Item):
         self.user_properties.append((_SPEC_CHECK_PROP, spec.slug))
 
     def runtest(self) -> None:
+        self.plugin.specs()
+        if self.plugin.spec_error:  # ids clash across specs, say: what is wrong with the set of specs
+            raise ContractDefinitionError(f"the specs cannot be read together:\n{self.plugin.spec_error}")
         problems = [p for item in self.spec.items for p in self.plugin.item_problems(item)]
         if problems:
             raise ContractDefinitionError(
@@ -104,7 +114,7 @@ class LedgerPlugin:
     ) -> None:
         self.config = config
         self.root = config.rootpath
-        self.spec_dirs = [(d if d.is_absolute() else self.root / d).resolve() for d in spec_dirs]
+        self.spec_dirs = list(dict.fromkeys((d if d.is_absolute() else self.root / d).resolve() for d in spec_dirs))
         self.ledger_path = ledger_path if ledger_path.is_absolute() else self.root / ledger_path
         # --tokenstate-spec-tests: collect the spec documents and the tests they name, nothing else,
         # and always write the ledger (an empty one says there were no specs to re-prove).
@@ -114,6 +124,7 @@ class LedgerPlugin:
         self.is_worker = hasattr(config, "workerinput")
         # Collection facts for the per-spec cross-check.
         self.carriers: dict[str, set[tuple[Path, str]]] = {}
+        self.misstated: dict[str, str] = {}  # item id -> the node carrying it with the wrong marker
         self.modules: dict[Path, Any] = {}
         # Results seen in this run (from reports, so xdist workers' results arrive here too).
         self.outcomes: dict[str, ItemOutcome] = {}
@@ -129,6 +140,16 @@ class LedgerPlugin:
                 self._specs = []
         return self._specs
 
+    def nested_spec_documents(self) -> list[Path]:
+        """Markdown files below a spec folder's subfolders that hold an Owed or Paid section: spec
+        documents in a place no run reads."""
+        found = []
+        for folder in self.spec_dirs:
+            for path in sorted(folder.rglob("*.md")) if folder.is_dir() else ():
+                if path.parent != folder and is_spec_document(path) and _SECTION.search(path.read_text(errors="replace")):
+                    found.append(path)
+        return found
+
     def spec_test_args(self) -> list[str]:
         """What ``--tokenstate-spec-tests`` collects: every spec document of the spec folders and
         each existing test file their items name, wherever it lives (a missing one is reported by
@@ -137,6 +158,11 @@ class LedgerPlugin:
         documents = [path for d in self.spec_dirs for path in spec_documents(d)]
         test_files = [] if self._spec_error else [i.test_file for s in self.specs() for i in s.items]
         return [str(p) for p in dict.fromkeys([*documents, *(f for f in test_files if f.is_file())])]
+
+    @property
+    def spec_error(self) -> str | None:
+        """Why the spec documents cannot be read together (None when they can; read them first)."""
+        return self._spec_error
 
     def find(self, item_id: str) -> SpecItem | None:
         return next((i for s in self.specs() for i in s.items if i.id == item_id), None)
@@ -200,6 +226,7 @@ class LedgerPlugin:
             (item.path.resolve(), _function_name(item) or where)
         )
         if mark.name != spec_item.state:
+            self.misstated[item_id] = f"{where} (@pytest.mark.{mark.name})"
             return (
                 f"{where}: {item_id} is listed under ## {spec_item.state.title()} ({spec_item.where}) but "
                 f"the test is marked {mark.name}; make the marker and the spec agree."
@@ -213,6 +240,12 @@ class LedgerPlugin:
                 "this test carries its marker; move the marker or fix the spec."
             )
         mutant = mark.kwargs.get("before")
+        if mark.name == "paid" and isinstance(item, pytest.Function) and _is_unittest(item):
+            return (
+                f"{where}: paid {item_id} is a unittest.TestCase method, which cannot be re-run under its "
+                "mutant (unittest keeps its failures to itself); write the test as a pytest function or "
+                "method of a plain class."
+            )
         if mark.name == "paid":
             if not isinstance(mutant, Mutant):
                 return f"{where}: paid {item_id} needs before=<Mutant> (a @mutant-declared patch), got {mutant!r}."
@@ -232,6 +265,8 @@ class LedgerPlugin:
             return [
                 f"{at} is carried by {', '.join(others)} instead of / besides `{spec_item.test}`."
             ]
+        if spec_item.id in self.misstated:
+            return [f"{at} is listed under ## {spec_item.state.title()} but {self.misstated[spec_item.id]} carries it."]
         if named in carriers:
             return []
         module = self.modules.get(spec_item.test_file)
@@ -328,10 +363,11 @@ class LedgerPlugin:
         if self.is_worker or not (self.outcomes or self.spec_checks or spec_run):
             return
         specs = self.specs()
-        if self._spec_error:
+        if self._spec_error:  # what an earlier run proved no longer stands for these specs
+            self._write(session, Ledger([], [], now(), self._relative_dirs(), error=self._spec_error))
             return
         previous = None
-        if self.ledger_path.is_file():
+        if self.ledger_path.is_file() and not spec_run:  # a full spec run proves everything anew
             try:
                 previous = Ledger.read(self.ledger_path)
             except Exception:  # an unreadable old ledger is simply replaced
@@ -339,6 +375,12 @@ class LedgerPlugin:
         ledger = Ledger.build(
             specs, self.root, self.outcomes, self.spec_checks, previous, spec_dirs=self.spec_dirs
         )
+        self._write(session, ledger)
+
+    def _relative_dirs(self) -> list[str]:
+        return Ledger.build([], self.root, {}, {}, None, spec_dirs=self.spec_dirs).spec_dirs
+
+    def _write(self, session: pytest.Session, ledger: Ledger) -> None:
         try:
             ledger.write(self.ledger_path)
         except OSError as exc:  # a read-only checkout, say: the run fails, saying where and why
@@ -364,6 +406,12 @@ class LedgerPlugin:
             f"tokenstate ledger: {len(paid)} paid ({verified} red-before verified), {owed} owed -> "
             f"{self.ledger_path}"
         )
+
+
+def _is_unittest(item: pytest.Function) -> bool:
+    import unittest
+
+    return item.cls is not None and issubclass(item.cls, unittest.TestCase)
 
 
 def _run_under_mutant(item: pytest.Item, mutant: Mutant) -> tuple[bool, str]:

@@ -4,7 +4,8 @@ The ledger is the file the pytest plugin wrote: ``.tokenstate/ledger.json`` at p
 as the nearest one at or above the current directory (so ``tokenstate specs`` works from anywhere
 inside the project, as ``pytest`` does), or ``--ledger PATH``. Exit status: 0 when every paid item passed and was re-proved
 red under its mutant and every owed item is still an expected failure; 1 when any item is in
-another state (failing, red-before lost, never run, ...); 2 when there is no readable ledger.
+another state (failing, red-before lost, never run, ...), or the ledger proves nothing (it lists no
+item, or the run could not read the specs); 2 when there is no readable ledger.
 """
 
 from __future__ import annotations
@@ -106,6 +107,13 @@ def run_specs(args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the ledger; raises ConfigError (exit 2 via the CLI) when it cannot be read."""
     path = args.ledger if args.ledger is not None else find_ledger(Path.cwd())
     ledger = Ledger.read(path)
+    if ledger.error is not None or not ledger.items:
+        why = (
+            f"the run that wrote it could not read the specs:\n{ledger.error}" if ledger.error is not None
+            else f"it lists no spec items (spec folders: {', '.join(ledger.spec_dirs) or 'none recorded'})"
+        )
+        print(f"tokenstate specs: {path}: nothing is proven — {why}", file=sys.stderr)
+        return 1
     if args.spec is not None and all(e.spec != args.spec for e in ledger.items):
         known = ", ".join(sorted({e.spec for e in ledger.items})) or "(none)"
         raise ConfigError(f"no spec {args.spec!r} in {path}; specs in the ledger: {known}.")

@@ -105,8 +105,13 @@ def _item_from_inline(
     last = children[-1]
     ref = _TEST_REF.fullmatch(last.content.strip()) if last.type == "code_inline" else None
     if ref is None:
+        spaced = last.type == "code_inline" and any(ch.isspace() for ch in last.content.strip())
         problems.add(
-            line, f"{item_id}: the item must end with a code span naming its test; {expected}."
+            line,
+            f"{item_id}: the test reference `{last.content.strip()}` holds whitespace, which a "
+            "reference cannot: rename the folder or file without spaces."
+            if spaced
+            else f"{item_id}: the item must end with a code span naming its test; {expected}.",
         )
         return None
     source = inline.content.strip()

@@ -111,6 +111,9 @@ def run_spec_tests(root: Path, *, required: bool = False) -> SpecSummary:
             return SpecSummary(False, note, unhealthy=[note])
         ledger = Ledger.read(ledger_file)
     folders = ", ".join(ledger.spec_dirs) or "(none)"
+    if ledger.error is not None:
+        note = f"the specs in {folders} cannot be read: {ledger.error}"
+        return SpecSummary(False, note, unhealthy=[note])
     if not ledger.specs:
         note = (f"no spec documents in {folders} (pytest's tokenstate_specs, from {root}); name your "
                 "spec folders with that ini option")
@@ -156,7 +159,8 @@ def _specs_root(args: argparse.Namespace) -> Path | None:
         return Path.cwd()
     root = Path(args.specs)
     if not root.is_dir():
-        raise ConfigError(f"--specs {root}: no such directory; pass a folder of the project whose specs to re-prove.")
+        what = "is a file, not a directory" if root.exists() else "no such directory"
+        raise ConfigError(f"--specs {root}: {what}; pass a folder of the project whose specs to re-prove.")
     return root.resolve()
 
 

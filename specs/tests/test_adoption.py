@@ -120,12 +120,13 @@ def test_verify_reproves_the_spec_dirs_the_project_configures(tmp_path, monkeypa
 def test_specs_run_from_a_subdirectory_reads_the_ledger_pytest_wrote_at_the_rootdir(tmp_path, monkeypatch):
     """pytest run in a subdirectory writes the ledger at its rootdir; ``tokenstate specs`` run there
     must read that one, not say "run the test suite first"."""
-    from tokenstate.ledger import Ledger
+    from tokenstate.ledger import Ledger, LedgerEntry
     from tokenstate.ledger.report import main_specs
 
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / ".tokenstate").mkdir()
-    Ledger([], []).write(tmp_path / ".tokenstate" / "ledger.json")
+    owed = LedgerEntry("MINE-1", "mine", "owed", "tests/test_mine.py::test_x", "Not yet.", "specs/mine.md", 7, last_result="xfailed")
+    Ledger([owed], []).write(tmp_path / ".tokenstate" / "ledger.json")
     (tmp_path / "specs" / "tests").mkdir(parents=True)
     monkeypatch.chdir(tmp_path / "specs" / "tests")
     assert main_specs([]) == 0

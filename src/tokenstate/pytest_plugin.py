@@ -20,6 +20,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -228,12 +229,33 @@ def pytest_configure(config: pytest.Config) -> None:
     plugin = LedgerPlugin(config, spec_dirs, ledger_path, spec_tests_only)
     config.pluginmanager.register(plugin, "tokenstate-ledger")
     if spec_tests_only:
-        if config.args_source == pytest.Config.ArgsSource.ARGS:
-            raise pytest.UsageError(
-                f"{SPEC_TESTS_OPTION} collects the spec documents and the tests they name itself; "
-                f"drop the test paths ({' '.join(config.args)}), or drop {SPEC_TESTS_OPTION}."
-            )
-        config.args = plugin.spec_test_args()  # read by the session's collection, after configure
+        _select_spec_tests(config, plugin, configured=[Path(p) for p in spec_dirs] != [Path("specs")])
+
+
+def _select_spec_tests(config: pytest.Config, plugin: Any, configured: bool) -> None:
+    """``--tokenstate-spec-tests``: the session collects the spec documents and the tests they
+    name, every case of them (a ``-m`` in addopts deselects none: the run re-proves the ledger)."""
+    if config.args_source == pytest.Config.ArgsSource.ARGS:
+        raise pytest.UsageError(
+            f"{SPEC_TESTS_OPTION} collects the spec documents and the tests they name itself; drop the "
+            f"test paths given on the command line or in addopts ({' '.join(config.args)}), or drop "
+            f"{SPEC_TESTS_OPTION}."
+        )
+    missing = [str(d) for d in plugin.spec_dirs if not d.is_dir()] if configured else []
+    if missing:
+        raise pytest.UsageError(
+            f"{SPEC_TESTS_OPTION}: the spec folders {', '.join(missing)} named by tokenstate_specs do not "
+            "exist; fix the ini option (paths are relative to the configuration file)."
+        )
+    nested = plugin.nested_spec_documents()
+    if nested:
+        raise pytest.UsageError(
+            f"{SPEC_TESTS_OPTION}: {', '.join(map(str, nested[:3]))} look like spec documents but sit in a "
+            "subfolder of a spec folder, where they are never read; add their folder to tokenstate_specs "
+            "or move them up."
+        )
+    config.option.markexpr = ""
+    config.args = plugin.spec_test_args()  # read by the session's collection, after configure
 
 
 def _require_writable(path: Path) -> None:

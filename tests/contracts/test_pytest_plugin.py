@@ -403,7 +403,71 @@ def test_spec_tests_refuses_test_paths_and_writes_an_empty_ledger_when_there_are
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
     result = pytester.runpytest("--tokenstate-spec-tests", "test_x.py")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--tokenstate-spec-tests collects the spec documents and the tests they name itself; drop the test paths (test_x.py)*"])
+    result.stderr.fnmatch_lines(["*--tokenstate-spec-tests collects the spec documents and the tests they name itself; drop the test paths given on the command line or in addopts (test_x.py)*"])
     result = pytester.runpytest("--tokenstate-spec-tests")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     assert (ledger(pytester)["spec_dirs"], ledger(pytester)["specs"]) == (["specs"], [])
+
+
+def test_a_marker_in_the_wrong_state_fails_the_spec_cross_check(pytester):
+    make_project(pytester, extra="")
+    tests = pytester.path / "specs" / "tests" / "test_demo.py"
+    tests.write_text(tests.read_text().replace('@pytest.mark.owed("D-2")', '@pytest.mark.paid("D-2", before=harmless)'))
+    result = pytester.runpytest("-p", "no:randomly")
+    result.stdout.fnmatch_lines(["*D-2 is listed under ## Owed but specs/tests/test_demo.py::test_nan_refused (@pytest.mark.paid) carries it*"])
+    assert ledger(pytester)["specs"][0]["cross_check"] == "failed"
+
+
+def test_a_paid_unittest_method_is_refused_with_what_to_do(pytester):
+    pytester.makefile(".md", **{"specs/ut": SPEC.replace("test_negative_refused", "TestGuard::test_negative_refused")})
+    pytester.makepyfile(**{"specs/tests/test_demo": TESTS.format(before="negatives_allowed", nan="math.nan")
+                           .replace("@pytest.mark.paid(\"D-1\", before=negatives_allowed)\ndef test_negative_refused():\n    with pytest.raises(ValueError):\n        Guard.check(-1)\n    assert Guard.check(2) == 2",
+                                    "import unittest\n\n\nclass TestGuard(unittest.TestCase):\n    @pytest.mark.paid(\"D-1\", before=negatives_allowed)\n    def test_negative_refused(self):\n        self.assertEqual(Guard.check(2), 2)\n        with self.assertRaises(ValueError):\n            Guard.check(-1)")})
+    result = pytester.runpytest("-p", "no:randomly")
+    result.stdout.fnmatch_lines(["*paid D-1 is a unittest.TestCase method, which cannot be re-run under its mutant*"])
+
+
+def test_ids_clashing_across_specs_are_named_by_the_spec_run(pytester):
+    make_project(pytester)
+    pytester.makefile(".md", **{"specs/other": "# Other\n\nAlso.\n\n## Owed\n\n## Paid\n\n- **D-1** Again. — `tests/test_demo.py::test_negative_refused`\n"})
+    result = pytester.runpytest("--tokenstate-spec-tests", "-p", "no:randomly")
+    result.stdout.fnmatch_lines(["*the specs cannot be read together:", "*D-1 is also defined at*ids are global."])
+    written = ledger(pytester)
+    assert written["items"] == [] and "ids are global" in written["error"]
+
+
+def test_spec_tests_run_every_case_whatever_addopts_deselect(pytester):
+    make_project(pytester, extra="""
+        @pytest.mark.slow
+        def test_slow_case():
+            pass
+    """)
+    pytester.makeini("[pytest]\naddopts = -m 'not slow'\nmarkers = slow\nxfail_strict = true\n")
+    tests = pytester.path / "specs" / "tests" / "test_demo.py"
+    tests.write_text(tests.read_text().replace('@pytest.mark.paid("D-1"', '@pytest.mark.slow\n@pytest.mark.paid("D-1"'))
+    result = pytester.runpytest("--tokenstate-spec-tests", "-p", "no:randomly")
+    result.assert_outcomes(passed=2, xfailed=1, deselected=1)  # the slow D-1 ran; the unnamed slow case did not
+    assert {e["id"]: e["last_result"] for e in ledger(pytester)["items"]} == {"D-1": "passed", "D-2": "xfailed"}
+
+
+def test_spec_tests_refuse_missing_spec_folders_and_spec_documents_in_subfolders(pytester):
+    make_project(pytester)
+    pytester.makeini("[pytest]\ntokenstate_specs =\n    specs\n    more_specs\n")
+    result = pytester.runpytest("--tokenstate-spec-tests")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*the spec folders *more_specs named by tokenstate_specs do not exist*"])
+    pytester.makeini("[pytest]\n")
+    (pytester.path / "specs" / "sub").mkdir()
+    (pytester.path / "specs" / "sub" / "hidden.md").write_text("# Hidden\n\n## Owed\n\n## Paid\n")
+    result = pytester.runpytest("--tokenstate-spec-tests")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*hidden.md look like spec documents but sit in a subfolder of a spec folder*"])
+
+
+def test_a_full_spec_run_that_cannot_collect_a_test_keeps_nothing_of_the_last_run(pytester):
+    make_project(pytester)
+    assert pytester.runpytest("--tokenstate-spec-tests", "-p", "no:randomly").ret == 0
+    tests = pytester.path / "specs" / "tests" / "test_demo.py"
+    tests.write_text("import no_such_module\n" + tests.read_text())
+    pytester.runpytest("--tokenstate-spec-tests", "-p", "no:randomly")
+    assert {e["id"]: e["last_result"] for e in ledger(pytester)["items"]} == {"D-1": None, "D-2": None}

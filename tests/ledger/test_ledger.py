@@ -296,3 +296,31 @@ def test_specs_without_any_ledger_says_where_it_looked(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err
     assert f"no .tokenstate/ledger.json in {tmp_path / 'project' / 'sub'} or any folder above it" in err
     assert "--ledger PATH" in err
+
+
+@pytest.mark.parametrize(("field", "value"), [("test", 5), ("mutant", 5), ("red_before_verified", "yes"), ("spec_line", True)])
+def test_a_ledger_field_of_the_wrong_type_is_an_unreadable_ledger(tmp_path, capsys, field, value):
+    path = _ledger_file(tmp_path, red_before=True)
+    data = json.loads(path.read_text())
+    data["items"][0][field] = value
+    path.write_text(json.dumps(data))
+    assert main_specs(["--ledger", str(path)]) == 2
+    assert f"fields of the wrong type (SHI-1.{field})" in capsys.readouterr().err
+
+
+def test_a_ledger_that_proves_nothing_is_not_healthy(tmp_path, capsys):
+    empty = tmp_path / "empty.json"
+    Ledger([], [], "now", ["specs"]).write(empty)
+    assert main_specs(["--ledger", str(empty)]) == 1
+    assert "nothing is proven — it lists no spec items (spec folders: specs)" in capsys.readouterr().err
+    broken = tmp_path / "broken.json"
+    Ledger([], [], "now", ["specs"], error="specs/a.md:3: D-1 is also defined at specs/b.md:4").write(broken)
+    assert main_specs(["--ledger", str(broken)]) == 1
+    assert "could not read the specs:\nspecs/a.md:3: D-1 is also defined" in capsys.readouterr().err
+
+
+def test_a_test_reference_with_spaces_is_refused_saying_so(tmp_path):
+    spec = tmp_path / "s.md"
+    spec.write_text("# S\n\nC.\n\n## Owed\n\n- **S-1** Not yet. — `../unit tests/test_x.py::test_y`\n\n## Paid\n")
+    with pytest.raises(ContractDefinitionError, match=r"the test reference `\.\./unit tests/test_x\.py::test_y` holds whitespace"):
+        parse_spec(spec)
