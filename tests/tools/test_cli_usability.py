@@ -91,14 +91,17 @@ def test_verify_from_a_subfolder_reproves_the_specs_of_a_project_configured_by_a
 def test_verify_without_specs_says_where_it_looked_and_fails_only_when_specs_were_asked_for(
     tmp_path, monkeypatch, capsys
 ):
-    (tmp_path / "pytest.ini").write_text("[pytest]\ntokenstate_specs = contracts\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
     monkeypatch.chdir(tmp_path)
     _skip_checker_and_gate(monkeypatch)
     assert main(["verify", "--json"]) == 0  # a project without specs has nothing to re-prove
     specs = json.loads(capsys.readouterr().out)["specs"]
-    assert not specs["ran"] and specs["note"].startswith("no spec documents in contracts (pytest's tokenstate_specs")
+    assert not specs["ran"] and specs["note"].startswith("no spec documents in specs (pytest's tokenstate_specs")
     assert main(["verify", "--json", "--specs", str(tmp_path)]) == 1  # asked for by name: a failure
     assert json.loads(capsys.readouterr().out)["specs"]["unhealthy"]
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntokenstate_specs = contracts\n")  # named, missing
+    assert main(["verify", "--json"]) == 1
+    assert "named by tokenstate_specs do not exist" in json.loads(capsys.readouterr().out)["specs"]["note"]
 
 
 def test_verify_refuses_a_missing_specs_dir_before_anything_runs(monkeypatch, capsys, tmp_path):
