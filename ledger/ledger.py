@@ -183,6 +183,12 @@ class Ledger:
                 items.append(entry)
         return cls(items, checks, stamp, [_relative(d, root) for d in spec_dirs])
 
+    @classmethod
+    def unreadable(cls, root: Path, spec_dirs: Iterable[Path], error: str) -> Ledger:
+        """The ledger of a run that could not read its specs: no items, and why — what an earlier
+        run proved no longer stands for specs that changed."""
+        return cls([], [], now(), [_relative(d, root) for d in spec_dirs], error)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "version": LEDGER_VERSION,

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tokenstate.contracts.errors import ContractDefinitionError
-from tokenstate.ledger.ledger import ItemOutcome, Ledger, now
+from tokenstate.ledger.ledger import ItemOutcome, Ledger
 from tokenstate.ledger.mutants import Mutant
 from tokenstate.ledger.spec import (
     Spec,
@@ -363,8 +363,8 @@ class LedgerPlugin:
         if self.is_worker or not (self.outcomes or self.spec_checks or spec_run):
             return
         specs = self.specs()
-        if self._spec_error:  # what an earlier run proved no longer stands for these specs
-            self._write(session, Ledger([], [], now(), self._relative_dirs(), error=self._spec_error))
+        if self._spec_error:
+            self._write(session, Ledger.unreadable(self.root, self.spec_dirs, self._spec_error))
             return
         previous = None
         if self.ledger_path.is_file() and not spec_run:  # a full spec run proves everything anew
@@ -376,9 +376,6 @@ class LedgerPlugin:
             specs, self.root, self.outcomes, self.spec_checks, previous, spec_dirs=self.spec_dirs
         )
         self._write(session, ledger)
-
-    def _relative_dirs(self) -> list[str]:
-        return Ledger.build([], self.root, {}, {}, None, spec_dirs=self.spec_dirs).spec_dirs
 
     def _write(self, session: pytest.Session, ledger: Ledger) -> None:
         try:
