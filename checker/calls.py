@@ -100,6 +100,8 @@ class CallMixin:
         string constant read through ``self`` / the class that no instance or method rebinds."""
         if isinstance(expr, ast.Constant):
             return expr.value if isinstance(expr.value, str) else None
+        if isinstance(expr, ast.Name) and expr.id not in frame.env and expr.id not in frame.closure:
+            return self.module_constant(frame.module.name, expr.id)  # KEY = "embed_tokens" at module level
         if not isinstance(expr, ast.Attribute):
             return None
         owner = self.eval(frame, expr.value)
@@ -114,6 +116,11 @@ class CallMixin:
         if self.class_cell_for(info, expr.attr) is not None:
             return None  # a method rebinds it on the class
         return self.class_constant(info, expr.attr)
+
+    def scope_carries_tokens(self: Analyzer, frame: Frame) -> bool:
+        """Whether a scope published here holds the forward input or ids: code the checker cannot
+        see may read it (a published scope of positions or attention metadata hands it none)."""
+        return any(carries_tokens(v) or isinstance(v, Unknown) for v in frame.published.values())
 
     def forward_hook(self: Analyzer, frame: Frame, registration: str, node: ast.AST) -> None:
         """Analysed code registered as a forward hook: torch runs it inside a module's call, with
@@ -223,7 +230,7 @@ class CallMixin:
             # An unresolved callee may embed ids it is given, or read a published scope; plain
             # data called as a function (an activation table entry...) only matters with ids.
             with_ids = any(carries_tokens(v) for v in (*args, *(v for _, v in kwargs)))
-            if with_ids or (frame.published and isinstance(func, Unknown)):
+            if with_ids or (isinstance(func, Unknown) and self.scope_carries_tokens(frame)):
                 callee = func if isinstance(func, Unknown) else self.unknown(
                     frame, "calls a value the checker cannot resolve (a parameter or data, not a function)", node
                 )
@@ -242,6 +249,11 @@ class CallMixin:
             member = self.class_member(inst.info, name)
             if member is not None and isinstance(member[0], Func | Unknown):  # unknown: a class decorator assigned it
                 return self.call(frame, self.bind_member(frame, member[0], inst, node), args, kwargs, node)
+        inherited = self.class_member(inst.info, "forward")
+        if inherited is not None and isinstance(inherited[0], External):
+            # class MissingLayer(nn.Identity): the external base's forward, as an external object's
+            owner = inherited[0].dotted.rpartition(".")[0]
+            return self.call(frame, Bound(External(owner, instance=True), "forward"), args, kwargs, node)
         return self.call(frame, self.unknown(frame, f"{inst.info.dotted} instance is not callable", node), args, kwargs, node)
 
     def call_bound(self: Analyzer, frame: Frame, func: Bound, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
@@ -355,6 +367,8 @@ class CallMixin:
     def instantiate(self: Analyzer, frame: Frame, cls: ClassInfo, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
         member = self.class_member(cls, "__init__")
         fields: dict[str, Value] = {}
+        if member is not None and isinstance(member[0], Unknown):  # a class decorator replaced it
+            return member[0]
         if member is not None and isinstance(member[0], Func):
             summary = self.invoke(frame, Func(member[0].info, Instance(cls, ())), args, kwargs, node)
             fields = dict(summary.self_writes)

@@ -161,11 +161,21 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         except Exception as exc:  # a checker bug must not hide the other entry points' results
             result.error = f"internal checker error ({type(exc).__name__}: {exc}); please report it"
             return result
-        result.routes = sorted(
+        routes = sorted(
             {r for event in summary.events for r in self.routes(event)},
             # embeddings before plain reads: the first route of a kind is the one to show
-            key=lambda r: (_ORDER[r.kind], r.sink in (HOST_READ, RAW_READ), r.hops, r.sink, r.source),
+            key=lambda r: (_ORDER[r.kind], r.sink in (HOST_READ, RAW_READ), len(r.hops), r.hops, r.sink, r.source),
         )
+        # One unresolved value flows into many later calls (every tensor method on a compiled
+        # function's result): its first route says it all.
+        shown: set[str] = set()
+        result.routes = []
+        for route in routes:
+            if route.kind == "unknown":
+                if route.source in shown:
+                    continue
+                shown.add(route.source)
+            result.routes.append(route)
         kinds = {r.kind for r in result.routes}
         result.verdict = next(
             (v for k, v in (("ignores", Verdict.IGNORES), ("unknown", Verdict.UNKNOWN),

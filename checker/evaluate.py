@@ -140,7 +140,13 @@ class ExprMixin:
         if isinstance(node, ast.BoolOp):
             return self.bool_op(frame, node)
         if isinstance(node, ast.BinOp):
-            return join(taint(self.eval(frame, node.left)), taint(self.eval(frame, node.right)))
+            left, right = self.eval(frame, node.left), self.eval(frame, node.right)
+            if isinstance(node.op, ast.Add) and isinstance(left, Seq) and isinstance(right, Seq):
+                both = None if left.items is None or right.items is None else left.items + right.items
+                return Seq(both, join(left.elem, right.elem))  # [a, b] + [c]: a list of all three
+            if isinstance(node.op, ast.Mult) and isinstance(left, Seq) != isinstance(right, Seq):
+                return Seq(None, element_of(left if isinstance(left, Seq) else right))  # [layer] * n
+            return join(taint(left), taint(right))
         if isinstance(node, ast.UnaryOp):
             operand = self.eval(frame, node.operand)
             if isinstance(node.op, ast.Not):

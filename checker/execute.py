@@ -344,13 +344,13 @@ class StmtMixin:
             self.assign(frame, expr, join(self.eval(frame, expr), taint(value)))
 
     def stored_out_of_sight(self: Analyzer, frame: Frame, base: Value, value: Value, node: ast.AST) -> None:
-        """The forward input or its tokens stored on an object the checker does not model (an
-        external one: ``types.SimpleNamespace()``, a config): read back later out of sight, so an
-        unresolved ``unknown`` route, never an inert one."""
-        if isinstance(base, External | Opaque | Unknown) and any(
-            isinstance(v, Input | Tokens) for v in getattr(value, "options", (value,))
+        """The forward input, its tokens or token ids stored on an object the checker does not model
+        (an external one: ``types.SimpleNamespace()``, a config; a model whose class a decorator
+        rebuilt): read back later out of sight, so an unresolved ``unknown`` route, never an inert one."""
+        if isinstance(base, External | Opaque | Unknown) and (
+            any(isinstance(v, Input | Tokens) for v in getattr(value, "options", (value,))) or has_ids(value)
         ):
-            self.unresolved(frame, self.unknown(frame, "stores the forward input on an object the checker does not model", node), node)
+            self.unresolved(frame, self.unknown(frame, "stores the forward input or token ids on an object the checker does not model", node), node)
 
 
 _CONSTRUCTORS = frozenset({"__init__", "__new__", "__post_init__"})

@@ -191,7 +191,11 @@ class ExternalMixin:
                 continue
             if isinstance(node.func, ast.Name) and node.func.id == "setattr" and passed[0] == 0 and len(node.args) >= 2:
                 attr = node.args[1]
-                out.add(attr.value if isinstance(attr, ast.Constant) and isinstance(attr.value, str) else "*")
+                if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
+                    out.add(attr.value)
+                else:  # setattr(cls, KEY, ...) with a module-level string constant
+                    constant = self.module_constant(module, attr.id) if isinstance(attr, ast.Name) else None
+                    out.add(constant if constant is not None else "*")
                 continue
             helper = self.eval(self.module_frame(self.sources.module(module)), node.func) if depth < 3 else None
             if isinstance(helper, Func) and isinstance(helper.info.node, ast.FunctionDef):
@@ -263,6 +267,11 @@ class ExternalMixin:
                 known = first.items if isinstance(first, MapV) else (None if args else ())
                 items = None if known is None else (*known, *kwargs)
                 return MapV(join(first.values if isinstance(first, MapV) else OPAQUE, *(v for _, v in kwargs)), items)
+        if dotted in ("itertools.islice", "itertools.chain", "itertools.cycle") and args:
+            # islice(self.layers, start, end) (vLLM's pipeline stages): some of the items of its
+            # first argument; chain(a, b): the items of each
+            sources = args if name == "chain" else args[:1]
+            return Seq(None, join(*(element_of(a) for a in sources)))
         if name in ("ModuleList", "ParameterList"):
             return Seq(first.items, first.elem) if isinstance(first, Seq) else Seq((), OPAQUE)
         if name == "Sequential":
@@ -283,7 +292,7 @@ class ExternalMixin:
             )
             if name in FORWARD_HOOKS:  # torch.nn.modules.module.register_module_forward_pre_hook(f)
                 self.forward_hook(frame, name, node)
-            elif any(carries_tokens(v) for v in (*args, *(v for _, v in kwargs))) or frame.published:
+            elif any(carries_tokens(v) for v in (*args, *(v for _, v in kwargs))) or self.scope_carries_tokens(frame):
                 self.unresolved(frame, hidden, node)
             return hidden
         if dotted.endswith("DeviceTokens.from_host"):

@@ -220,6 +220,20 @@ class ResolverMixin:
                         return self.eval(frame, stmt.value), klass
         return (fallback, None) if fallback is not None else None
 
+    def module_constant(self: Analyzer, module: str, name: str) -> str | None:
+        """The string literal a module-level ``NAME = "..."`` binds, where that is the module's only
+        binding of the name and no function rebinds it (``global NAME``); else ``None``."""
+        info = self.sources.module(module)
+        if name in info.global_cells:
+            return None
+        bindings = [
+            stmt for stmt in info.tree.body
+            if isinstance(stmt, ast.Assign | ast.AnnAssign)
+            and any(isinstance(t, ast.Name) and t.id == name for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]))
+        ]  # fmt: skip
+        value = getattr(bindings[0], "value", None) if len(bindings) == 1 else None
+        return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
+
     def class_constant(self: Analyzer, cls: ClassInfo, name: str) -> str | None:
         """The string literal a class-level ``name = "..."`` binds, where that binding is what C3
         finds first (transformers' ``_input_embed_layer = "embed_tokens"``); else ``None``."""

@@ -26,7 +26,9 @@ from tokenstate.checker.values import (
     Instance,
     MapV,
     Tokens,
+    Unknown,
     join,
+    taint,
 )
 from tokenstate.ledger import MutantPatch, mutant
 
@@ -624,3 +626,46 @@ def only_suppress_swallows(patch: MutantPatch) -> None:
         )
 
     patch.setattr(calls_module, "_yield_in_handled_try", yield_in_handled_try)
+
+
+@mutant(
+    "RCK-41/concatenated-lists-lose-their-elements",
+    doc="`[a] + [b]` and `[a] * n` are plain data derived from their operands: vLLM's make_layers "
+    "list of layers holds nothing the checker can call.",
+)
+def concatenated_lists_lose_their_elements(patch: MutantPatch) -> None:
+    original = Analyzer.eval
+
+    def eval_(self, frame, node):  # type: ignore[no-untyped-def]
+        if isinstance(node, ast.BinOp):
+            return join(taint(original(self, frame, node.left)), taint(original(self, frame, node.right)))
+        return original(self, frame, node)
+
+    patch.setattr(Analyzer, "eval", eval_)
+
+
+@mutant(
+    "RCK-42/replaced-init-followed-and-constants-unread",
+    doc="A class whose __init__ a class decorator replaced is built as if it had none (its model "
+    "analysed with no attributes), and setattr(cls, KEY, ...) with a module constant may assign any member.",
+)
+def replaced_init_followed_and_constants_unread(patch: MutantPatch) -> None:
+    original = Analyzer.instantiate
+
+    def instantiate(self, frame, cls, args, kwargs, node):  # type: ignore[no-untyped-def]
+        member = self.class_member(cls, "__init__")
+        if member is not None and isinstance(member[0], Unknown):
+            return Instance(cls, ())
+        return original(self, frame, cls, args, kwargs, node)
+
+    patch.setattr(Analyzer, "instantiate", instantiate)
+    patch.setattr(Analyzer, "module_constant", lambda self, module, name: None)
+
+
+@mutant(
+    "RCK-43/any-published-scope-makes-unresolved-calls-unknown",
+    doc="Any unresolved call made while some scope is published is an unknown route, even when the "
+    "scope holds no ids (a forward context of metadata around a cached rotary module).",
+)
+def any_published_scope_makes_unresolved_calls_unknown(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "scope_carries_tokens", lambda self, frame: bool(frame.published))

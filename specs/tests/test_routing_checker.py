@@ -30,12 +30,14 @@ from tokenstate.contracts import (
 from .routing_checker_mutants import (
     analysed_decorators_assumed_identity,
     annotation_over_build,
+    any_published_scope_makes_unresolved_calls_unknown,
     attribute_writes_forgotten,
     bool_values_are_flags,
     branch_facts_end_with_the_branch,
     class_decorators_and_hooks_unseen,
     class_patching_by_direct_assignment_only,
     compiled_code_followed_as_plain,
+    concatenated_lists_lose_their_elements,
     containers_filled_later_stay_empty,
     decorators_evaluated_at_module_level_only,
     depth_first_mro,
@@ -62,6 +64,7 @@ from .routing_checker_mutants import (
     only_embedding_sinks_count,
     only_is_none_guards,
     only_suppress_swallows,
+    replaced_init_followed_and_constants_unread,
     single_dispatch_is_a_plain_decorator,
     stale_row_tests_are_not_values,
     star_args_get_no_input,
@@ -347,3 +350,18 @@ def test_single_dispatch_is_unknown():
 @pytest.mark.paid("RCK-40", before=only_suppress_swallows)
 def test_exit_stacks_suppress_subclasses_and_managers_yielding_in_suppress_swallow():
     assert_zoo("managers that swallow", {"ignores"})
+
+
+@pytest.mark.paid("RCK-41", before=concatenated_lists_lose_their_elements)
+def test_layers_built_as_vllm_builds_them_are_followed():
+    assert_zoo("layers built as vLLM builds them", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-42", before=replaced_init_followed_and_constants_unread)
+def test_class_decorators_of_compiling_engines():
+    assert_zoo("class decorators of compiling engines", {"honors", "unknown"})
+
+
+@pytest.mark.paid("RCK-43", before=any_published_scope_makes_unresolved_calls_unknown)
+def test_unresolved_calls_under_a_scope_without_ids_are_not_unknown():
+    assert_zoo("scopes that hold no ids", {"honors"})

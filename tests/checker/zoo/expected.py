@@ -171,6 +171,11 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.patching", "exit_stack_swallows_then_host"): ("ignores", "managers that swallow"),
     ("czoo.patching", "suppress_subclass_swallows_then_host"): ("ignores", "managers that swallow"),
     ("czoo.patching", "manager_yielding_inside_suppress_then_host"): ("ignores", "managers that swallow"),
+    ("czoo.vllm_style", "layers_made_for_a_pipeline_stage_device"): ("honors", "layers built as vLLM builds them"),
+    ("czoo.vllm_style", "layers_made_for_a_pipeline_stage_host"): ("ignores", "layers built as vLLM builds them"),
+    ("czoo.vllm_style", "class_decorator_sets_a_flag_by_module_constant"): ("honors", "class decorators of compiling engines"),
+    ("czoo.vllm_style", "class_decorator_wraps_init"): ("unknown", "class decorators of compiling engines"),
+    ("czoo.vllm_style", "cached_rope_under_a_forward_context"): ("honors", "scopes that hold no ids"),
 }
 
 # The forwards whose model class comes from their factory's build function.
