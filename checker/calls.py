@@ -95,6 +95,67 @@ class CallMixin:
             frame.add_event(Event("sink", ids, desc, (frame.hop(getattr(node, "lineno", 0)),)))
         return ids
 
+    def constant_names(self: Analyzer, frame: Frame, expr: ast.expr) -> tuple[str, ...] | None:
+        """The attribute names a ``getattr`` may read, where they are fixed: see :meth:`key_choices`
+        (``None`` when any of them is not a string)."""
+        choices = self.key_choices(frame, expr)
+        return choices if choices is not None and all(isinstance(c, str) for c in choices) else None  # type: ignore[return-value]
+
+    def key_choices(self: Analyzer, frame: Frame, expr: ast.expr) -> tuple[object, ...] | None:
+        """The constants ``expr`` may be, where they are fixed: a literal; a local every binding of
+        which is a literal, a loop over a literal list of them (``for name in ["use_cache", ...]``,
+        transformers' config defaults) or ``getattr(obj, "attr", "default")`` on a class
+        constant; a module-level string constant; a class-level one read through ``self`` or the
+        class. ``None`` when it may be anything."""
+        if isinstance(expr, ast.Constant):
+            return (expr.value,)
+        if isinstance(expr, ast.Name):
+            if frame.func is not None and (expr.id in frame.env or expr.id in frame.closure):
+                return self.local_choices(frame, expr.id)
+            constant = self.module_constant(frame.module.name, expr.id)  # KEY = "embed_tokens"
+            return None if constant is None else (constant,)
+        name = self.constant_name(frame, expr)
+        return None if name is None else (name,)
+
+    def local_choices(self: Analyzer, frame: Frame, name: str) -> tuple[object, ...] | None:
+        assert frame.func is not None
+        node = frame.func.node
+        if isinstance(node, ast.Lambda) or name in {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}:
+            return None
+        choices: list[object] = []
+        for site in ast.walk(node):
+            if isinstance(site, ast.For | ast.comprehension) and _binds(site.target, name):
+                items = _literal_items(site.iter, node) if isinstance(site.target, ast.Name) else None
+                if items is None:
+                    return None
+                choices += items
+            elif isinstance(site, ast.Assign) and any(_binds(t, name) for t in site.targets):
+                if not (len(site.targets) == 1 and isinstance(site.targets[0], ast.Name)):
+                    return None
+                fixed = self.fixed_value(frame, site.value)
+                if fixed is None:
+                    return None
+                choices += fixed
+            elif isinstance(site, ast.AugAssign | ast.AnnAssign | ast.NamedExpr | ast.withitem | ast.ExceptHandler) and (
+                _binds(getattr(site, "target", None) or getattr(site, "optional_vars", None), name)
+                or getattr(site, "name", None) == name
+            ):
+                return None
+        return tuple(dict.fromkeys(choices)) or None
+
+    def fixed_value(self: Analyzer, frame: Frame, value: ast.expr) -> list[object] | None:
+        """A literal, or ``getattr(obj, "attr", "default")`` on a class constant (else ``None``)."""
+        if isinstance(value, ast.Constant):
+            return [value.value]
+        if (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "getattr"
+                and len(value.args) in (2, 3) and isinstance(value.args[1], ast.Constant)):
+            constant = self.constant_name(frame, ast.Attribute(value.args[0], value.args[1].value, ast.Load()))
+            if constant is not None:
+                return [constant]
+            if len(value.args) == 3 and isinstance(value.args[2], ast.Constant):
+                return [value.args[2].value]
+        return None
+
     def constant_name(self: Analyzer, frame: Frame, expr: ast.expr) -> str | None:
         """The attribute name a ``getattr`` reads, where it is fixed: a literal, or a class-level
         string constant read through ``self`` / the class that no instance or method rebinds."""
@@ -117,16 +178,36 @@ class CallMixin:
             return None  # a method rebinds it on the class
         return self.class_constant(info, expr.attr)
 
+    def lookup(self: Analyzer, frame: Frame, mapping: MapV, key: ast.expr | None) -> Value:
+        """``mapping[key]``: the entries its key may name (:meth:`key_choices`), else any value."""
+        choices = None if key is None else self.key_choices(frame, key)
+        return mapping.values if choices is None else join(*(mapping.lookup(c) for c in choices))
+
     def scope_carries_tokens(self: Analyzer, frame: Frame) -> bool:
         """Whether a scope published here holds the forward input or ids: code the checker cannot
         see may read it (a published scope of positions or attention metadata hands it none)."""
         return any(carries_tokens(v) or isinstance(v, Unknown) for v in frame.published.values())
 
-    def forward_hook(self: Analyzer, frame: Frame, registration: str, node: ast.AST) -> None:
+    def forward_hook(self: Analyzer, frame: Frame, registration: str, hooks: list[Value], node: ast.AST) -> None:
         """Analysed code registered as a forward hook: torch runs it inside a module's call, with
-        whatever the model holds then, out of the checker's sight — an ``unknown`` route, kept
-        even when the model's construction registered it."""
-        hook = self.unknown(frame, f"registers a forward hook ({registration}): torch runs it out of the checker's sight", node)
+        whatever the model holds then. A plain function (not a method: the model's state at
+        forward time is not what it is here) that holds neither the input nor an object that may
+        hold it, and that, called here with plain arguments, reads no host ids and embeds nothing
+        (transformers' ``requires_grad_`` and output-capturing hooks), cannot change what the
+        forward embeds; any other is an ``unknown`` route, kept even when the model's construction
+        registered it."""
+        scratch = Frame(frame.func, frame.module, frame.file, {}, dict(frame.published), False, frame.depth)
+        arity = 2 if "pre" in registration else 3  # (module, args) / (module, args, output)
+        plain = all(
+            isinstance(h, Func) and h.bound is None
+            and not any(carries_tokens(v) or isinstance(v, Instance | Unknown) for _, v in _free_values(h))
+            for h in hooks
+        )  # fmt: skip
+        for hook in hooks if plain else ():
+            self.call(scratch, hook, (OPAQUE,) * arity, (), node)
+        if plain and not any(e.kind == "sink" for e in scratch.events.values()):
+            return
+        hook = self.unknown(frame, f"registers a forward hook ({registration}) that reads host ids or code out of the checker's sight", node)
         frame.add_event(Event("unresolved", hook, FORWARD_HOOK, (frame.hop(getattr(node, "lineno", 0)),)))
 
     def unresolved(self: Analyzer, frame: Frame, callee: Unknown, node: ast.AST) -> None:
@@ -172,21 +253,24 @@ class CallMixin:
     def read_named_attribute(self: Analyzer, frame: Frame, base: Value, name_expr: ast.expr, default: tuple[Value, ...], node: ast.Call) -> Value:
         """``getattr(base, name[, default])`` and ``base.__getattribute__(name)``: the attribute,
         where ``name`` is fixed (see :meth:`constant_name`); else unknown (dynamic dispatch)."""
-        name = self.constant_name(frame, name_expr)
-        if name is None:
+        names = self.constant_names(frame, name_expr)
+        if names is None:
             return self.unknown(frame, "getattr() with a computed name (dynamic dispatch)", node)
-        found = self.attribute(frame, base, name, node)
-        return join(found, default[0]) if default and isinstance(found, Unknown) else found
+        found = [self.attribute(frame, base, name, node) for name in names]
+        return join(*(join(f, default[0]) if default and isinstance(f, Unknown) else f for f in found))
 
     def keywords(self: Analyzer, frame: Frame, keywords: list[ast.keyword]) -> tuple[tuple[str, Value], ...]:
         """Keyword arguments; ``**mapping`` expands to its constant keys, else to :data:`SPREAD`."""
         out: list[tuple[str, Value]] = []
         for kw in keywords:
             value = self.eval(frame, kw.value)
+            options = getattr(value, "options", (value,))
             if kw.arg is not None:
                 out.append((kw.arg, value))
-            elif isinstance(value, MapV) and value.items is not None and all(isinstance(k, str) for k, _ in value.items):
-                out += [(str(k), v) for k, v in value.items]
+            elif all(isinstance(o, MapV) and o.items is not None and all(isinstance(k, str) for k, _ in o.items) for o in options):
+                # **kwargs, or one of several dicts with known keys: each key with what it may hold
+                keys = dict.fromkeys(str(k) for o in options for k, _ in o.items)  # type: ignore[union-attr]
+                out += [(k, join(*(o.lookup(k) for o in options if any(key == k for key, _ in o.items)))) for k in keys]  # type: ignore[union-attr]
             else:
                 out.append((SPREAD, value.values if isinstance(value, MapV) else taint(value)))
         return tuple(out)
@@ -287,7 +371,7 @@ class CallMixin:
         if isinstance(base, MapV):
             if name in ("get", "pop", "setdefault"):
                 key = node.args[0] if isinstance(node, ast.Call) and node.args else None
-                found = base.lookup(key.value) if isinstance(key, ast.Constant) else base.values
+                found = self.lookup(frame, base, key)
                 return join(found, *args[1:]) if len(args) > 1 else found
             if name == "items":
                 return Seq(None, Seq((OPAQUE, base.values), base.values))
@@ -300,10 +384,10 @@ class CallMixin:
             if ids is not None and has_ids(ids):
                 self.sink(frame, f"table.{name}(ids) gather", ids, node)
                 return OPAQUE
-        if name in FORWARD_HOOKS and any(is_code(v) for v in (*args, *(v for _, v in kwargs))):
-            # module.register_forward_pre_hook(self.fix_ids): torch runs the hook inside the module's
-            # call, with whatever the model holds then — code the checker does not follow there
-            self.forward_hook(frame, name, node)
+        hooks = [v for v in (*args, *(v for _, v in kwargs)) if is_code(v)]
+        if name in FORWARD_HOOKS and hooks:
+            # module.register_forward_pre_hook(self.fix_ids): torch runs the hook inside the module's call
+            self.forward_hook(frame, name, hooks, node)
             return OPAQUE
         hidden = self.input_to_external_method(frame, base, name, args, kwargs, node)
         if hidden is not None:
@@ -499,3 +583,38 @@ def _filled(base: MapV | Seq, name: str, args: tuple[Value, ...], kwargs: tuple[
         key = node.args[0].value if isinstance(node.args[0], ast.Constant) else NO_KEY
         return with_item(base, key, args[1] if len(args) > 1 else OPAQUE)
     return None
+
+
+def _binds(target: ast.AST | None, name: str) -> bool:
+    """Whether assigning to ``target`` rebinds the local ``name`` (``d[name] = v`` does not)."""
+    return target is not None and any(
+        isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(target)
+    )
+
+
+def _literal_items(expr: ast.expr, func: ast.AST) -> list[object] | None:
+    """The constants a literal list or tuple holds — given directly, or through a local of
+    ``func`` bound once, to such a literal, and never changed (``names = ["a", "b"]``)."""
+    if isinstance(expr, ast.Name):
+        bound = [
+            site for site in ast.walk(func)
+            if isinstance(site, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.For | ast.NamedExpr)
+            and any(_binds(t, expr.id) for t in (site.targets if isinstance(site, ast.Assign) else [site.target]))
+        ]  # fmt: skip
+        mutated = any(
+            isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and isinstance(call.func.value, ast.Name) and call.func.value.id == expr.id
+            for call in ast.walk(func)
+        )  # names.append(...) and kin
+        if len(bound) != 1 or not isinstance(bound[0], ast.Assign) or mutated:
+            return None
+        expr = bound[0].value
+    if isinstance(expr, ast.List | ast.Tuple) and all(isinstance(e, ast.Constant) for e in expr.elts):
+        return [e.value for e in expr.elts]  # type: ignore[attr-defined]
+    return None
+
+
+def _free_values(func: Func) -> list[tuple[str, Value]]:
+    """The enclosing locals ``func`` reads (its closure holds every local where it was defined)."""
+    used = {n.id for n in ast.walk(func.info.node) if isinstance(n, ast.Name)}
+    return [(name, value) for name, value in func.closure if name in used]

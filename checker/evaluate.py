@@ -376,9 +376,13 @@ class ExprMixin:
             return element_of(base)
         if isinstance(base, MapV):
             key = node.slice
-            return base.lookup(key.value) if isinstance(key, ast.Constant) else base.values
+            return self.lookup(frame, base, key)
         if isinstance(base, Cell) and base.kind == "stack":
             return self.read_cell(frame, base.name, node)
+        if isinstance(base, Instance):
+            getter = self.class_member(base.info, "__getitem__")
+            if getter is not None and isinstance(getter[0], Func):  # a registry: INTERFACE[name]
+                return self.call(frame, self.bind_member(frame, getter[0], self.current(frame, base), node), (index,), (), node)
         if isinstance(base, Ids | Unknown):
             return join(base, taint(index))
         if isinstance(base, ClassRef | External) and not getattr(base, "instance", False):

@@ -326,9 +326,12 @@ class StmtMixin:
             self.eval(frame, target.slice)
             if isinstance(base, Cell) and base.kind == "stack":
                 frame.write_cell(base.name, value)
-            elif isinstance(base, MapV | Seq) and isinstance(target.value, ast.Name | ast.Attribute):
-                key = target.slice.value if isinstance(target.slice, ast.Constant) else NO_KEY
-                self.assign(frame, target.value, with_item(base, key, value))  # the container, filled
+            elif all(isinstance(o, MapV | Seq) for o in getattr(base, "options", (base,))) and isinstance(
+                target.value, ast.Name | ast.Attribute
+            ):
+                keys = self.key_choices(frame, target.slice)
+                filled = join(*(_with_key(o, keys, value) for o in getattr(base, "options", (base,))))
+                self.assign(frame, target.value, filled)  # the container (each one it may be), filled
             elif has_ids(value):
                 self.write_into(frame, target.value, value)  # buf[:n] = ids: a tensor filled in place
             else:
@@ -382,6 +385,17 @@ def _matches_none_device_tokens(pattern: ast.pattern, subject: Value) -> bool:
         _device_pattern(p) == "none" if item == Tokens("device") else _matches_none_device_tokens(p, item)
         for p, item in zip(pattern.patterns, subject.items, strict=True)
     )
+
+
+def _with_key(container: MapV | Seq, keys: tuple[object, ...] | None, value: Value) -> MapV | Seq:
+    """``container[key] = value`` for a key that may be any of ``keys`` (``None``: unknown)."""
+    if keys is None or len(keys) == 1:
+        return with_item(container, NO_KEY if keys is None else keys[0], value)
+    filled = container  # kwargs[name] = v in a loop over names: each may hold v, or what it held
+    for key in keys:
+        previous = container.lookup(key) if isinstance(container, MapV) else element_of(container)
+        filled = with_item(filled, key, join(previous, value))
+    return filled
 
 
 def _irrefutable(pattern: ast.pattern) -> bool:

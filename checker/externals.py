@@ -47,6 +47,8 @@ _PLAIN_BUILTINS = frozenset(
 _SEQ_BUILTINS = frozenset("list tuple reversed sorted iter set frozenset filter".split())
 _COPIES = frozenset({"copy.deepcopy", "copy.copy"})
 HIDDEN = "runs it out of the checker's sight"
+ALTERNATE_CONSTRUCTORS = frozenset({"from_pretrained", "from_config"})
+"""Class methods of external classes that return an instance of the class."""
 
 
 class ExternalMixin:
@@ -291,7 +293,7 @@ class ExternalMixin:
                 "(torch.compile, checkpoint and other wrappers)", node,
             )
             if name in FORWARD_HOOKS:  # torch.nn.modules.module.register_module_forward_pre_hook(f)
-                self.forward_hook(frame, name, node)
+                self.forward_hook(frame, name, code, node)
             elif any(carries_tokens(v) for v in (*args, *(v for _, v in kwargs))) or self.scope_carries_tokens(frame):
                 self.unresolved(frame, hidden, node)
             return hidden
@@ -303,4 +305,7 @@ class ExternalMixin:
         self.input_handed_out(frame, dotted, args, kwargs, node, modeled=dotted)  # its route: unknown
         if name[:1].isupper():
             return External(dotted, instance=True)
+        owner = dotted.rpartition(".")[0]
+        if name in ALTERNATE_CONSTRUCTORS and owner.rpartition(".")[2][:1].isupper():
+            return External(owner, instance=True)  # nn.Embedding.from_pretrained(w): an nn.Embedding
         return derived

@@ -233,7 +233,7 @@ class MapV(Value):
         for known, value in reversed(self.items or ()):
             if known == key and type(known) is type(key):
                 return value
-        return self.values
+        return self.values if self.items is None else OPAQUE  # every key known, this one absent
 
 
 @dataclass(frozen=True, slots=True)

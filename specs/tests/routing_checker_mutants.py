@@ -669,3 +669,43 @@ def replaced_init_followed_and_constants_unread(patch: MutantPatch) -> None:
 )
 def any_published_scope_makes_unresolved_calls_unknown(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "scope_carries_tokens", lambda self, frame: bool(frame.published))
+
+
+@mutant(
+    "RCK-44/local-names-are-never-fixed",
+    doc="A local name is never a fixed constant: getattr(self.config, name) in a loop over a literal "
+    "list of names, and getattr(self, name) after name = getattr(self, CONST_ATTR, default), are "
+    "dynamic dispatch (unknown), and kwargs[name] = v spreads v into every parameter.",
+)
+def local_names_are_never_fixed(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "local_choices", lambda self, frame, name: None)
+
+
+@mutant(
+    "RCK-45/registries-indexed-as-data",
+    doc="obj[key] on an object whose class defines __getitem__ is plain data derived from obj: the "
+    "mask function a registry returns cannot be called.",
+)
+def registries_indexed_as_data(patch: MutantPatch) -> None:
+    original = Analyzer.subscript
+
+    def subscript(self, frame, base, node):  # type: ignore[no-untyped-def]
+        return OPAQUE if isinstance(base, Instance) else original(self, frame, base, node)
+
+    patch.setattr(Analyzer, "subscript", subscript)
+
+
+@mutant(
+    "RCK-46/every-forward-hook-is-unknown",
+    doc="Every forward hook makes the forward unknown, even a plain function that captures nothing "
+    "and touches no ids (transformers' requires_grad_ hook on the input embedding).",
+)
+def every_forward_hook_is_unknown(patch: MutantPatch) -> None:
+    from tokenstate.checker.calls import FORWARD_HOOK
+    from tokenstate.checker.frame import Event
+
+    def forward_hook(self, frame, registration, hooks, node):  # type: ignore[no-untyped-def]
+        hook = self.unknown(frame, f"registers a forward hook ({registration})", node)
+        frame.add_event(Event("unresolved", hook, FORWARD_HOOK, (frame.hop(getattr(node, "lineno", 0)),)))
+
+    patch.setattr(Analyzer, "forward_hook", forward_hook)

@@ -45,6 +45,7 @@ from .routing_checker_mutants import (
     device_ids_checked_in_full_mode_only,
     device_logits_indices_shape_only,
     dict_lookup_joins_every_value,
+    every_forward_hook_is_unknown,
     external_base_answers_every_member,
     external_methods_take_the_input_as_data,
     first_key_wins_and_slices_keep_all,
@@ -56,6 +57,7 @@ from .routing_checker_mutants import (
     in_place_writes_dropped,
     inherited_embedding_forward_is_opaque,
     kwargs_spread_dropped,
+    local_names_are_never_fixed,
     loop_exits_fall_through,
     match_binds_the_subject_only,
     match_cases_unguarded,
@@ -64,6 +66,7 @@ from .routing_checker_mutants import (
     only_embedding_sinks_count,
     only_is_none_guards,
     only_suppress_swallows,
+    registries_indexed_as_data,
     replaced_init_followed_and_constants_unread,
     single_dispatch_is_a_plain_decorator,
     stale_row_tests_are_not_values,
@@ -365,3 +368,18 @@ def test_class_decorators_of_compiling_engines():
 @pytest.mark.paid("RCK-43", before=any_published_scope_makes_unresolved_calls_unknown)
 def test_unresolved_calls_under_a_scope_without_ids_are_not_unknown():
     assert_zoo("scopes that hold no ids", {"honors"})
+
+
+@pytest.mark.paid("RCK-44", before=local_names_are_never_fixed)
+def test_names_from_literal_loops_and_class_constants_are_read():
+    assert_zoo("transformers plumbing", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-45", before=registries_indexed_as_data)
+def test_a_registry_indexed_with_brackets_calls_its_getitem():
+    assert_zoo("transformers plumbing", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-46", before=every_forward_hook_is_unknown)
+def test_a_plain_forward_hook_that_touches_no_ids_is_left_out():
+    assert_zoo("transformers plumbing", {"honors", "ignores"})

@@ -176,6 +176,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.vllm_style", "class_decorator_sets_a_flag_by_module_constant"): ("honors", "class decorators of compiling engines"),
     ("czoo.vllm_style", "class_decorator_wraps_init"): ("unknown", "class decorators of compiling engines"),
     ("czoo.vllm_style", "cached_rope_under_a_forward_context"): ("honors", "scopes that hold no ids"),
+    ("czoo.hf_plumbing", "transformers_plumbing_device"): ("honors", "transformers plumbing"),
+    ("czoo.hf_plumbing", "transformers_plumbing_host"): ("ignores", "transformers plumbing"),
 }
 
 # The forwards whose model class comes from their factory's build function.
