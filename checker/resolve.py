@@ -83,10 +83,7 @@ class ResolverMixin:
             if self.sources.is_module(f"{module}.{name}"):
                 return self.module_value(f"{module}.{name}")
             for star in info.star_imports:
-                if not self.config.is_analysed(star):
-                    continue
-                star_info = self.load_module(star)
-                if not isinstance(star_info, Unknown) and name in star_info.bindings:
+                if self._star_provides(star, name, set()):
                     return self.resolve_global(star, name)
             if hasattr(builtins, name):
                 return External(f"builtins.{name}")
@@ -101,6 +98,18 @@ class ResolverMixin:
             return self._resolve_import_from(info, node, name)
         assert isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None
         return self._module_assignment(info, name, node.value)
+
+    def _star_provides(self: Analyzer, module: str, name: str, seen: set[str]) -> bool:
+        """Whether ``from module import *`` binds ``name``: the module binds it, or one of its own
+        star imports does (transformers: ``transformers`` → ``.models`` → ``.llama`` →
+        ``.modeling_llama``, each under ``if TYPE_CHECKING:``)."""
+        if module in seen or not self.config.is_analysed(module):
+            return False
+        seen.add(module)
+        info = self.load_module(module)
+        if isinstance(info, Unknown):
+            return False
+        return name in info.bindings or any(self._star_provides(star, name, seen) for star in info.star_imports)
 
     def _resolve_import_from(self: Analyzer, info: ModuleInfo, node: ast.ImportFrom, name: str) -> Value:
         source = info.resolve_relative(node.module, node.level)

@@ -709,3 +709,16 @@ def every_forward_hook_is_unknown(patch: MutantPatch) -> None:
         frame.add_event(Event("unresolved", hook, FORWARD_HOOK, (frame.hop(getattr(node, "lineno", 0)),)))
 
     patch.setattr(Analyzer, "forward_hook", forward_hook)
+
+
+@mutant(
+    "RCK-47/one-level-of-star-imports",
+    doc="A name is looked up one `from x import *` deep: `from transformers import LlamaForCausalLM` "
+    "(three levels of star imports) leaves the model's class unknown.",
+)
+def one_level_of_star_imports(patch: MutantPatch) -> None:
+    def star_provides(self, module, name, seen):  # type: ignore[no-untyped-def]
+        info = self.load_module(module) if self.config.is_analysed(module) else None
+        return info is not None and not isinstance(info, Unknown) and name in info.bindings
+
+    patch.setattr(Analyzer, "_star_provides", star_provides)

@@ -63,6 +63,7 @@ from .routing_checker_mutants import (
     match_cases_unguarded,
     module_dict_attributes_opaque,
     none_beside_device_tokens_dropped,
+    one_level_of_star_imports,
     only_embedding_sinks_count,
     only_is_none_guards,
     only_suppress_swallows,
@@ -383,3 +384,8 @@ def test_a_registry_indexed_with_brackets_calls_its_getitem():
 @pytest.mark.paid("RCK-46", before=every_forward_hook_is_unknown)
 def test_a_plain_forward_hook_that_touches_no_ids_is_left_out():
     assert_zoo("transformers plumbing", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-47", before=one_level_of_star_imports)
+def test_names_re_exported_through_nested_star_imports_resolve():
+    assert_zoo("nested star exports", {"honors", "ignores"})

@@ -178,6 +178,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.vllm_style", "cached_rope_under_a_forward_context"): ("honors", "scopes that hold no ids"),
     ("czoo.hf_plumbing", "transformers_plumbing_device"): ("honors", "transformers plumbing"),
     ("czoo.hf_plumbing", "transformers_plumbing_host"): ("ignores", "transformers plumbing"),
+    ("czoo.star_exports", "model_from_nested_star_exports_device"): ("honors", "nested star exports"),
+    ("czoo.star_exports", "model_from_nested_star_exports_host"): ("ignores", "nested star exports"),
 }
 
 # The forwards whose model class comes from their factory's build function.
