@@ -220,7 +220,16 @@ class Ledger:
         wrong = [
             f"{getattr(e, 'id', '?')}.{f.name}" for e in ledger.items for f in fields(LedgerEntry)
             if not _has_type(getattr(e, f.name), _ENTRY_TYPES[f.name])
-        ]
+        ] + [
+            f"specs.{c.spec}.{f.name}" for c in ledger.specs for f in fields(SpecCheckEntry)
+            if not _has_type(getattr(c, f.name), _CHECK_TYPES[f.name])
+        ] + [
+            name for name, value, types in (
+                ("generated", data.get("generated"), (str, type(None))),
+                ("error", data.get("error"), (str, type(None))),
+                ("spec_dirs", data.get("spec_dirs", []), (list,)),
+            ) if not _has_type(value, types) or (name == "spec_dirs" and not all(isinstance(d, str) for d in value))
+        ]  # fmt: skip
         if wrong:
             raise ConfigError(
                 f"{source}: fields of the wrong type ({', '.join(wrong[:5])}); re-run pytest to rewrite it."
@@ -262,6 +271,11 @@ _ENTRY_TYPES: dict[str, tuple[type, ...]] = {
     "spec_line": (int,), "red_before_verified": (bool, type(None)), "last_result": (str, type(None)),
     "mutant": (str, type(None)), "mutant_doc": (str, type(None)), "nodeids": (list,),
     "timestamp": (str, type(None)),
+}  # fmt: skip
+
+
+_CHECK_TYPES: dict[str, tuple[type, ...]] = {
+    "spec": (str,), "title": (str,), "file": (str,), "cross_check": (str, type(None)), "timestamp": (str, type(None)),
 }  # fmt: skip
 
 

@@ -15,7 +15,6 @@ Registered by :mod:`tokenstate.pytest_plugin` (which stays import-light); see do
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from tokenstate.ledger.spec import (
     SpecItem,
     is_spec_document,
     load_specs,
+    looks_like_spec,
     parse_spec,
     spec_documents,
 )
@@ -38,7 +38,6 @@ from tokenstate.ledger.spec import (
 __all__ = ["LedgerPlugin"]
 
 MARKERS = ("owed", "paid")
-_SECTION = re.compile(r"^##\s+(Owed|Paid)\s*$", re.MULTILINE)
 _ITEM_PROP = "tokenstate_item"
 _RESULT_PROP = "tokenstate_result"
 _RED_BEFORE_PROP = "tokenstate_red_before"
@@ -146,7 +145,7 @@ class LedgerPlugin:
         found = []
         for folder in self.spec_dirs:
             for path in sorted(folder.rglob("*.md")) if folder.is_dir() else ():
-                if path.parent != folder and is_spec_document(path) and _SECTION.search(path.read_text(errors="replace")):
+                if path.parent != folder and is_spec_document(path) and path.is_file() and looks_like_spec(path):
                     found.append(path)
         return found
 
@@ -343,6 +342,9 @@ class LedgerPlugin:
         if _SPEC_CHECK_PROP in props and report.when == "call":
             self.spec_checks[props[_SPEC_CHECK_PROP]] = report.outcome
         if _ITEM_PROP not in props:
+            item_id = self._item_of_unreported(report)
+            if item_id is not None:  # an xdist worker crashed in it: its report carries nothing of ours
+                self.outcomes.setdefault(item_id, ItemOutcome()).add(report.nodeid, "error", None)
             return
         outcome = self.outcomes.setdefault(props[_ITEM_PROP], ItemOutcome())
         if _MUTANT_PROP in props:
@@ -356,6 +358,18 @@ class LedgerPlugin:
             outcome.add(report.nodeid, "error", None)
         elif report.skipped and report.when == "setup":
             outcome.add(report.nodeid, "skipped", None)
+
+    def _item_of_unreported(self, report: pytest.TestReport) -> str | None:
+        """The spec item a failed report without our properties belongs to (the test it names)."""
+        if not report.failed or self._spec_error:
+            return None
+        path, _, name = report.nodeid.partition("::")
+        function = name.partition("[")[0]
+        test_file = (self.root / path).resolve()
+        return next(
+            (i.id for s in self.specs() for i in s.items if (i.test_file, i.test_name) == (test_file, function)),
+            None,
+        )
 
     # -- the ledger ----------------------------------------------------------------------------
     def pytest_sessionfinish(self, session: pytest.Session) -> None:

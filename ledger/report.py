@@ -4,8 +4,9 @@ The ledger is the file the pytest plugin wrote: ``.tokenstate/ledger.json`` at p
 as the nearest one at or above the current directory (so ``tokenstate specs`` works from anywhere
 inside the project, as ``pytest`` does), or ``--ledger PATH``. Exit status: 0 when every paid item passed and was re-proved
 red under its mutant and every owed item is still an expected failure; 1 when any item is in
-another state (failing, red-before lost, never run, ...), or the ledger proves nothing (it lists no
-item, or the run could not read the specs); 2 when there is no readable ledger.
+another state (failing, red-before lost, never run, ...), a spec's cross-check failed, or the ledger
+proves nothing (it lists no item, or the run could not read the specs); 2 when there is no readable
+ledger.
 """
 
 from __future__ import annotations
@@ -107,22 +108,16 @@ def run_specs(args: argparse.Namespace, console: Console | None = None) -> int:
     """Print the ledger; raises ConfigError (exit 2 via the CLI) when it cannot be read."""
     path = args.ledger if args.ledger is not None else find_ledger(Path.cwd())
     ledger = Ledger.read(path)
-    if ledger.error is not None or not ledger.items:
-        why = (
-            f"the run that wrote it could not read the specs:\n{ledger.error}" if ledger.error is not None
-            else f"it lists no spec items (spec folders: {', '.join(ledger.spec_dirs) or 'none recorded'})"
-        )
-        print(f"tokenstate specs: {path}: nothing is proven — {why}", file=sys.stderr)
-        return 1
-    if args.spec is not None and all(e.spec != args.spec for e in ledger.items):
+    if ledger.items and args.spec is not None and all(e.spec != args.spec for e in ledger.items):
         known = ", ".join(sorted({e.spec for e in ledger.items})) or "(none)"
         raise ConfigError(f"no spec {args.spec!r} in {path}; specs in the ledger: {known}.")
     items = [e for e in ledger.items if args.spec is None or e.spec == args.spec]
+    failed_checks = [c.spec for c in ledger.specs if c.cross_check == "failed" and args.spec in (None, c.spec)]
     if args.json:
         data = ledger.to_json()
         data["items"] = [i for i in data["items"] if args.spec is None or i["spec"] == args.spec]
         print(json.dumps(data, indent=2))
-    else:
+    elif ledger.items:
         console = console or Console()
         console.print(ledger_table(ledger, args.spec))
         paid = [e for e in items if e.state == "paid"]
@@ -131,7 +126,19 @@ def run_specs(args: argparse.Namespace, console: Console | None = None) -> int:
             f"{len(paid)} paid ({verified} red-before verified), {len(items) - len(paid)} owed; "
             f"ledger {path}, written {ledger.generated}."
         )
-    return 0 if all(is_healthy(e) for e in items) else 1
+    problems = []
+    if ledger.error is not None:
+        problems.append(f"the run that wrote it could not read the specs:\n{ledger.error}")
+    elif not ledger.items:
+        problems.append(f"it lists no spec items (spec folders: {', '.join(ledger.spec_dirs) or 'none recorded'})")
+    if failed_checks:
+        problems.append(
+            f"the cross-check of {', '.join(failed_checks)} failed (its items and tests disagree; "
+            "run pytest to see why)"
+        )
+    for problem in problems:
+        print(f"tokenstate specs: {path}: {'nothing is proven' if not ledger.items else 'not healthy'} — {problem}", file=sys.stderr)
+    return 0 if not problems and all(is_healthy(e) for e in items) else 1
 
 
 def main_specs(argv: Sequence[str] | None = None) -> int:

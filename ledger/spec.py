@@ -33,7 +33,10 @@ from markdown_it.token import Token
 
 from tokenstate.contracts.errors import ContractDefinitionError
 
-__all__ = ["ITEM_ID", "Spec", "SpecItem", "is_spec_document", "load_specs", "parse_spec", "spec_documents"]
+__all__ = [
+    "ITEM_ID", "Spec", "SpecItem", "is_spec_document", "load_specs", "looks_like_spec", "parse_spec",
+    "spec_documents",
+]  # fmt: skip
 
 ItemState = Literal["owed", "paid"]
 ITEM_ID = re.compile(r"[A-Z][A-Z0-9]*-[1-9][0-9]*")
@@ -180,13 +183,9 @@ def parse_spec(path: Path, source: str | None = None) -> Spec:
     path = Path(path).resolve()
     problems = _Problems(path)
     if source is None:
-        source = path.read_text(encoding="utf-8")
+        source = _read(path)
     tokens = MarkdownIt("commonmark").parse(source)
-    headings = [
-        (i, t.tag, tokens[i + 1].content.strip())
-        for i, t in enumerate(tokens)
-        if t.type == "heading_open"
-    ]
+    headings = _headings(tokens)
     if not headings or headings[0][1] != "h1" or headings[0][0] != 0:
         problems.add(1, "a spec starts with its title as a level-1 heading (`# Title`).")
         problems.raise_if_any()
@@ -220,6 +219,30 @@ def parse_spec(path: Path, source: str | None = None) -> Spec:
     return Spec(slug, path, tokens[1].content.strip(), contract, tuple(items))
 
 
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ContractDefinitionError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8.") from exc
+    except OSError as exc:
+        raise ContractDefinitionError(f"{path}: cannot be read ({exc.strerror or exc}).") from exc
+
+
+def _headings(tokens: list[Token]) -> list[tuple[int, str, str]]:
+    """(token index, tag, text) of every heading, as the markdown parser sees them (not in code)."""
+    return [(i, t.tag, tokens[i + 1].content.strip()) for i, t in enumerate(tokens) if t.type == "heading_open"]
+
+
+def looks_like_spec(path: Path) -> bool:
+    """Whether a markdown file has an Owed or Paid section, as :func:`parse_spec` reads headings
+    (any case, any heading style; a ``## Owed`` inside a code block is not one)."""
+    try:
+        tokens = MarkdownIt("commonmark").parse(_read(Path(path)))
+    except ContractDefinitionError:
+        return False
+    return any(tag == "h2" and name.lower() in _SECTIONS for _, tag, name in _headings(tokens))
+
+
 def _check_unique(items: Iterable[SpecItem], problems: _Problems) -> None:
     ids: dict[str, SpecItem] = {}
     tests: dict[tuple[Path, str], SpecItem] = {}
@@ -241,13 +264,14 @@ def _check_unique(items: Iterable[SpecItem], problems: _Problems) -> None:
 
 
 def is_spec_document(path: Path) -> bool:
-    """A spec folder's ``*.md`` files are its spec documents, except its README.md."""
-    return path.suffix == ".md" and path.name.lower() != "readme.md"
+    """A spec folder's ``*.md`` files are its spec documents, except its README.md (and folders
+    named like one)."""
+    return path.suffix == ".md" and path.name.lower() != "readme.md" and not path.is_dir()
 
 
 def spec_documents(directory: Path) -> list[Path]:
     """The spec documents of one spec folder, in name order (none if the folder does not exist)."""
-    return sorted(p for p in Path(directory).glob("*.md") if is_spec_document(p))
+    return sorted(p for p in Path(directory).glob("*.md") if is_spec_document(p) and p.is_file())
 
 
 def load_specs(directories: Iterable[Path]) -> list[Spec]:

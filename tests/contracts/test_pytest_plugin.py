@@ -471,3 +471,12 @@ def test_a_full_spec_run_that_cannot_collect_a_test_keeps_nothing_of_the_last_ru
     tests.write_text("import no_such_module\n" + tests.read_text())
     pytester.runpytest("--tokenstate-spec-tests", "-p", "no:randomly")
     assert {e["id"]: e["last_result"] for e in ledger(pytester)["items"]} == {"D-1": None, "D-2": None}
+
+
+def test_a_spec_test_whose_xdist_worker_crashed_is_an_error_not_its_last_result(pytester):
+    make_project(pytester)
+    assert pytester.runpytest("-p", "no:randomly").ret == 0
+    tests = pytester.path / "specs" / "tests" / "test_demo.py"
+    tests.write_text(tests.read_text().replace("    with pytest.raises(ValueError):\n        Guard.check(-1)\n    assert Guard.check(2) == 2", "    import os\n    os._exit(1)", 1))
+    pytester.runpytest_subprocess("-n", "2", "-p", "no:randomly")
+    assert {e["id"]: e["last_result"] for e in ledger(pytester)["items"]}["D-1"] == "error"

@@ -324,3 +324,43 @@ def test_a_test_reference_with_spaces_is_refused_saying_so(tmp_path):
     spec.write_text("# S\n\nC.\n\n## Owed\n\n- **S-1** Not yet. — `../unit tests/test_x.py::test_y`\n\n## Paid\n")
     with pytest.raises(ContractDefinitionError, match=r"the test reference `\.\./unit tests/test_x\.py::test_y` holds whitespace"):
         parse_spec(spec)
+
+
+def test_a_failed_cross_check_makes_the_ledger_unhealthy_and_json_always_prints(tmp_path, capsys):
+    path = _ledger_file(tmp_path, red_before=True)
+    data = json.loads(path.read_text())
+    data["specs"] = [{"spec": "stale-host-ids", "title": "T", "file": "specs/s.md", "cross_check": "failed", "timestamp": "t"}]
+    path.write_text(json.dumps(data))
+    assert main_specs(["--ledger", str(path)]) == 1
+    assert "the cross-check of stale-host-ids failed" in capsys.readouterr().err
+    empty = tmp_path / "empty.json"
+    Ledger([], [], "now", ["specs"], error="clash").write(empty)
+    assert main_specs(["--ledger", str(empty), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["error"] == "clash"
+
+
+@pytest.mark.parametrize(("field", "value"), [("spec_dirs", "specs"), ("generated", 5), ("error", ["x"])])
+def test_top_level_ledger_fields_of_the_wrong_type_are_an_unreadable_ledger(tmp_path, capsys, field, value):
+    path = _ledger_file(tmp_path, red_before=True)
+    data = json.loads(path.read_text())
+    data[field] = value
+    path.write_text(json.dumps(data))
+    assert main_specs(["--ledger", str(path)]) == 2
+    assert f"fields of the wrong type ({field})" in capsys.readouterr().err
+
+
+def test_an_unreadable_spec_document_is_a_clear_error(tmp_path):
+    (tmp_path / "latin.md").write_bytes(b"# L\n\nCaf\xe9.\n\n## Owed\n\n## Paid\n")
+    (tmp_path / "assets.md").mkdir()  # a folder named like a document is none
+    with pytest.raises(ContractDefinitionError, match=r"latin\.md: not UTF-8 text"):
+        load_specs([tmp_path])
+
+
+def test_spec_like_documents_are_recognised_as_the_parser_reads_headings(tmp_path):
+    from tokenstate.ledger.spec import looks_like_spec
+
+    fenced = tmp_path / "howto.md"
+    fenced.write_text("# How to\n\n```markdown\n## Owed\n\n## Paid\n```\n")
+    setext = tmp_path / "old.md"
+    setext.write_text("# Old\n\nC.\n\nowed\n----\n\npaid\n----\n")
+    assert not looks_like_spec(fenced) and looks_like_spec(setext)
