@@ -118,29 +118,34 @@ class CallMixin:
         return None if name is None else (name,)
 
     def local_choices(self: Analyzer, frame: Frame, name: str) -> tuple[object, ...] | None:
+        """What a local may be when every binding of it in the function is a literal, a loop over a
+        literal list, or a fixed ``getattr`` (see :meth:`key_choices`); any other binding of it —
+        a parameter, an import, a ``def``, an ``except``/``match``/``with`` name, ``global`` — and
+        it may be anything (``None``)."""
         assert frame.func is not None
         node = frame.func.node
         if isinstance(node, ast.Lambda) or name in {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}:
             return None
         choices: list[object] = []
+        understood: set[int] = set()  # the Name nodes of the bindings read below
         for site in ast.walk(node):
-            if isinstance(site, ast.For | ast.comprehension) and _binds(site.target, name):
-                items = _literal_items(site.iter, node) if isinstance(site.target, ast.Name) else None
+            if isinstance(site, ast.For | ast.comprehension) and isinstance(site.target, ast.Name) and site.target.id == name:
+                items = _literal_items(site.iter, node)
                 if items is None:
                     return None
                 choices += items
-            elif isinstance(site, ast.Assign) and any(_binds(t, name) for t in site.targets):
-                if not (len(site.targets) == 1 and isinstance(site.targets[0], ast.Name)):
-                    return None
+                understood.add(id(site.target))
+            elif isinstance(site, ast.Assign) and len(site.targets) == 1 and isinstance(site.targets[0], ast.Name) and site.targets[0].id == name:
                 fixed = self.fixed_value(frame, site.value)
                 if fixed is None:
                     return None
                 choices += fixed
-            elif isinstance(site, ast.AugAssign | ast.AnnAssign | ast.NamedExpr | ast.withitem | ast.ExceptHandler) and (
-                _binds(getattr(site, "target", None) or getattr(site, "optional_vars", None), name)
-                or getattr(site, "name", None) == name
-            ):
+                understood.add(id(site.targets[0]))
+            elif _binds_otherwise(site, name, node):
                 return None
+        stores = [n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)]
+        if any(id(n) not in understood for n in stores):
+            return None  # x, y = ..., x += 1, del x, a tuple target...
         return tuple(dict.fromkeys(choices)) or None
 
     def fixed_value(self: Analyzer, frame: Frame, value: ast.expr) -> list[object] | None:
@@ -618,3 +623,18 @@ def _free_values(func: Func) -> list[tuple[str, Value]]:
     """The enclosing locals ``func`` reads (its closure holds every local where it was defined)."""
     used = {n.id for n in ast.walk(func.info.node) if isinstance(n, ast.Name)}
     return [(name, value) for name, value in func.closure if name in used]
+
+
+def _binds_otherwise(site: ast.AST, name: str, func: ast.AST) -> bool:
+    """Whether ``site`` binds ``name`` in a way other than an assignment to a plain name."""
+    if isinstance(site, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and site is not func:
+        return site.name == name
+    if isinstance(site, ast.alias):
+        return (site.asname or site.name.partition(".")[0]) == name
+    if isinstance(site, ast.ExceptHandler | ast.MatchAs | ast.MatchStar):
+        return site.name == name
+    if isinstance(site, ast.MatchMapping):
+        return site.rest == name
+    if isinstance(site, ast.Global | ast.Nonlocal):
+        return name in site.names
+    return False

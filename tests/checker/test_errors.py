@@ -97,3 +97,32 @@ def test_analysed_code_is_read_never_imported(tmp_path: Path) -> None:
     assert result.verdict is Verdict.IGNORES  # embeds nothing, but reading host ids is a finding
     assert not marker.exists()
     assert "sideeffect" not in sys.modules and "sideeffect.model" not in sys.modules
+
+
+@pytest.mark.parametrize(
+    ("rebinding", "verdict"),
+    [
+        ("", Verdict.HONORS),  # every binding is a literal loop: the names are read one by one
+        ("    name, other = 'table', 0\n", Verdict.UNKNOWN),  # a tuple target: anything
+        ("    import table as name\n", Verdict.UNKNOWN),
+        ("    name += 'x'\n", Verdict.UNKNOWN),
+    ],
+)
+def test_a_local_name_is_fixed_only_when_every_binding_is(tmp_path: Path, rebinding: str, verdict: Verdict) -> None:
+    config = _package(tmp_path, {
+        "names/__init__.py": "",
+        "names/model.py": (
+            "import torch\n"
+            "class M(torch.nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.table = torch.nn.Embedding(4, 2)\n"
+            "def forward(model: M, inp):\n"
+            "    for name in ['table']:\n"
+            "        layer = getattr(model, name)\n"
+            f"{rebinding}"
+            "    return layer(inp.embedding_ids())\n"
+        ),
+    })
+    (result,) = check_entry_points([EntryTarget("n", "names.model", "forward")], config).results
+    assert result.verdict is verdict, result.routes
