@@ -199,13 +199,15 @@ class ExternalMixin:
                     constant = self.module_constant(module, attr.id) if isinstance(attr, ast.Name) else None
                     out.add(constant if constant is not None else "*")
                 continue
-            helper = self.eval(self.module_frame(self.sources.module(module)), node.func) if depth < 3 else None
+            if depth >= 3:  # handed on and on: what the last helper does is not read
+                out.add("*")
+                continue
+            helper = self.eval(self.module_frame(self.sources.module(module)), node.func)
             if isinstance(helper, Func) and isinstance(helper.info.node, ast.FunctionDef):
                 params = [*helper.info.node.args.posonlyargs, *helper.info.node.args.args]
                 for index in passed:
                     if index < len(params):
                         out |= self.assigned_on(helper.info.node, params[index].arg, helper.info.module, depth + 1)
-
         return out
 
     def import_module(self: Analyzer, frame: Frame, dotted: str, node: ast.Call) -> Value:

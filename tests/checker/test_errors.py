@@ -126,3 +126,25 @@ def test_a_local_name_is_fixed_only_when_every_binding_is(tmp_path: Path, rebind
     })
     (result,) = check_entry_points([EntryTarget("n", "names.model", "forward")], config).results
     assert result.verdict is verdict, result.routes
+
+
+def test_a_class_handed_down_more_helpers_than_are_read_is_patched_anywhere(tmp_path: Path) -> None:
+    helpers = "".join(f"def h{i}(c):\n    h{i + 1}(c)\n" for i in range(4)) + "def h4(c):\n    c.forward = None\n"
+    config = _package(tmp_path, {
+        "deep/__init__.py": "",
+        "deep/model.py": (
+            "import torch\n" + helpers +
+            "def patch(cls):\n    h0(cls)\n    return cls\n"
+            "@patch\n"
+            "class M(torch.nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.table = torch.nn.Embedding(4, 2)\n"
+            "    def forward(self, inp):\n"
+            "        return self.table(inp.embedding_ids())\n"
+            "def forward(model: M, inp):\n"
+            "    return model(inp)\n"
+        ),
+    })
+    (result,) = check_entry_points([EntryTarget("d", "deep.model", "forward")], config).results
+    assert result.verdict is Verdict.UNKNOWN, result.routes
