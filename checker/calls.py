@@ -162,12 +162,8 @@ class CallMixin:
         return None
 
     def constant_name(self: Analyzer, frame: Frame, expr: ast.expr) -> str | None:
-        """The attribute name a ``getattr`` reads, where it is fixed: a literal, or a class-level
-        string constant read through ``self`` / the class that no instance or method rebinds."""
-        if isinstance(expr, ast.Constant):
-            return expr.value if isinstance(expr.value, str) else None
-        if isinstance(expr, ast.Name) and expr.id not in frame.env and expr.id not in frame.closure:
-            return self.module_constant(frame.module.name, expr.id)  # KEY = "embed_tokens" at module level
+        """The class-level string constant ``expr`` (``self.X`` / ``Class.X``) reads, where no
+        instance or method rebinds it (literals and names: :meth:`key_choices`)."""
         if not isinstance(expr, ast.Attribute):
             return None
         owner = self.eval(frame, expr.value)
@@ -334,14 +330,14 @@ class CallMixin:
             ids = args[spec.ids_index] if len(args) > spec.ids_index else kwarg_value(kwargs, spec.ids_keywords)
             self.sink(frame, f"{inst.info.dotted}(ids) [{sink}]", ids or OPAQUE, node)
             return OPAQUE
+        member = None
         for name in ("__call__", "forward"):
             member = self.class_member(inst.info, name)
             if member is not None and isinstance(member[0], Func | Unknown):  # unknown: a class decorator assigned it
                 return self.call(frame, self.bind_member(frame, member[0], inst, node), args, kwargs, node)
-        inherited = self.class_member(inst.info, "forward")
-        if inherited is not None and isinstance(inherited[0], External):
+        if member is not None and isinstance(member[0], External):  # the last one looked up: forward
             # class MissingLayer(nn.Identity): the external base's forward, as an external object's
-            owner = inherited[0].dotted.rpartition(".")[0]
+            owner = member[0].dotted.rpartition(".")[0]
             return self.call(frame, Bound(External(owner, instance=True), "forward"), args, kwargs, node)
         return self.call(frame, self.unknown(frame, f"{inst.info.dotted} instance is not callable", node), args, kwargs, node)
 
@@ -519,6 +515,7 @@ RESULT_CACHES = frozenset({"lru_cache", "cache"})
 SWALLOWING_MANAGERS = frozenset({"contextlib.suppress", "contextlib.ExitStack", "contextlib.AsyncExitStack"})
 """External managers that may swallow their body's exception (an exit stack: any context entered on
 it may)."""
+_SWALLOWING_NAMES = frozenset(dotted.rpartition(".")[2] for dotted in SWALLOWING_MANAGERS)
 
 
 def _yield_in_handled_try(func: ast.AST) -> bool:
@@ -529,7 +526,7 @@ def _yield_in_handled_try(func: ast.AST) -> bool:
             return bool(node.handlers)
         if isinstance(node, ast.With | ast.AsyncWith):
             named = (item.context_expr.func if isinstance(item.context_expr, ast.Call) else item.context_expr for item in node.items)
-            return any(getattr(n, "attr", getattr(n, "id", "")) in ("suppress", "ExitStack", "AsyncExitStack") for n in named)
+            return any(getattr(n, "attr", getattr(n, "id", "")) in _SWALLOWING_NAMES for n in named)
         return False
 
     return any(

@@ -145,7 +145,7 @@ class LedgerPlugin:
         found = []
         for folder in self.spec_dirs:
             for path in sorted(folder.rglob("*.md")) if folder.is_dir() else ():
-                if path.parent != folder and is_spec_document(path) and path.is_file() and looks_like_spec(path):
+                if path.parent != folder and is_spec_document(path) and looks_like_spec(path):
                     found.append(path)
         return found
 

@@ -264,14 +264,14 @@ def _check_unique(items: Iterable[SpecItem], problems: _Problems) -> None:
 
 
 def is_spec_document(path: Path) -> bool:
-    """A spec folder's ``*.md`` files are its spec documents, except its README.md (and folders
-    named like one)."""
-    return path.suffix == ".md" and path.name.lower() != "readme.md" and not path.is_dir()
+    """A spec folder's ``*.md`` files are its spec documents, except its README.md (folders named
+    like one and dangling links are no files)."""
+    return path.suffix == ".md" and path.name.lower() != "readme.md" and path.is_file()
 
 
 def spec_documents(directory: Path) -> list[Path]:
     """The spec documents of one spec folder, in name order (none if the folder does not exist)."""
-    return sorted(p for p in Path(directory).glob("*.md") if is_spec_document(p) and p.is_file())
+    return sorted(p for p in Path(directory).glob("*.md") if is_spec_document(p))
 
 
 def load_specs(directories: Iterable[Path]) -> list[Spec]:
