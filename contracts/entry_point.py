@@ -162,6 +162,9 @@ class EntryPoint:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, ForwardInput):  # its raw buffer is refused to any thread from now on
+                value.host_tokens.handed_to(self.name)
         with forward_running(self.name):  # HostTokens refuses its raw buffer to a running forward
             return self._call(args, kwargs)
 

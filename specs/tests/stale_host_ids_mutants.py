@@ -233,3 +233,20 @@ def async_splices_wrong_token(patch: MutantPatch) -> None:
 )
 def raw_buffer_free_in_forwards(patch: MutantPatch) -> None:
     patch.setattr(HostTokens, "placeholder_buffer", lambda self: self._ids)
+
+
+@mutant(
+    "SHI-16/raw-buffer-free-in-worker-threads",
+    doc="`HostTokens.placeholder_buffer()` refuses the raw buffer only where the running-forward "
+    "context variable is set, which a thread the forward hands work to (a thread pool, "
+    "`threading.Thread`) does not inherit.",
+)
+def raw_buffer_free_in_worker_threads(patch: MutantPatch) -> None:
+    from tokenstate.contracts.running import running_forward
+
+    def placeholder_buffer(self: HostTokens) -> torch.Tensor:
+        if self._stale_positions and running_forward() is not None:
+            self._raise_stale(list(self._stale_positions), f"placeholder_buffer() in forward {running_forward()}")
+        return self._ids
+
+    patch.setattr(HostTokens, "placeholder_buffer", placeholder_buffer)

@@ -8,6 +8,9 @@ run fails with "now passes", and the item moves to ``## Paid`` with a mutant.
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
+
 import pytest
 import torch
 from jaxtyping import Float
@@ -28,6 +31,7 @@ from .stale_host_ids_mutants import (
     fallback_keeps_stale_host_ids,
     placeholder_clamped,
     raw_buffer_free_in_forwards,
+    raw_buffer_free_in_worker_threads,
     refuse_policy_ignored,
     refuse_without_spliced_rows,
     twin_predicate_drifts,
@@ -120,6 +124,53 @@ def test_a_forward_reading_the_raw_buffer_raises_whatever_it_embeds_with():
 
     with pytest.raises(StaleHostTokensError, match=r"placeholder_buffer\(\) in forward .*rows \[0, 1\]"):
         generate(_masked_raw_buffer_model(), async_scheduling=True)
+
+
+_POOL = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spec-forward-worker")
+
+
+def _read_in_pool(inp: ForwardInput) -> torch.Tensor:
+    return _POOL.submit(lambda: inp.host_tokens.placeholder_buffer()).result()
+
+
+def _read_in_thread(inp: ForwardInput) -> torch.Tensor:
+    read: list = []
+    worker = threading.Thread(target=lambda: read.append(_capture(inp.host_tokens.placeholder_buffer)))
+    worker.start()
+    worker.join()
+    (result,) = read
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def _capture(read):  # a thread's exception, handed back to the forward that started it
+    try:
+        return read()
+    except BaseException as exc:  # noqa: BLE001
+        return exc
+
+
+def _worker_thread_model(read) -> ModelFactory:
+    @entry_point
+    def forward(model: _MaskedEmbeddingLM, inp: ForwardInput) -> Float[torch.Tensor, "num_logits vocab"]:
+        hidden = model.embed(read(inp).long())  # [num_tokens, hidden]: the buffer read off the forward's thread
+        return hidden[inp.logits_indices] @ model.head.T  # [num_logits, vocab]
+
+    return ModelFactory(
+        architectures=("SpecWorkerThreadLM",), forward=forward, honors_device_token_ids=True,
+        presets={"tiny-spec-worker-thread": {}},
+        build=lambda config, *, device, seed: _MaskedEmbeddingLM().to(device),
+    )  # fmt: skip
+
+
+@pytest.mark.paid("SHI-16", before=raw_buffer_free_in_worker_threads)
+@pytest.mark.parametrize("read", [_read_in_pool, _read_in_thread], ids=["thread-pool", "thread"])
+def test_a_forward_reading_the_raw_buffer_in_another_thread_raises(read):
+    from tokenstate.contracts import StaleHostTokensError
+
+    with pytest.raises(StaleHostTokensError, match=r"placeholder_buffer\(\) in forward .*rows \[0, 1\]"):
+        generate(_worker_thread_model(read), async_scheduling=True)
 
 
 @pytest.mark.paid("SHI-9", before=placeholder_clamped)
