@@ -48,7 +48,10 @@ from tokenstate.checker.values import (
 if TYPE_CHECKING:
     from tokenstate.checker.engine import Analyzer
 
-__all__ = ["FORWARD_HOOK", "FORWARD_HOOKS", "HOST_READ", "RAW_READ", "SPREAD", "CallMixin", "is_code", "kwarg_value"]
+__all__ = [
+    "FORWARD_HOOK", "FORWARD_HOOKS", "HOST_READ", "RAW_READ", "SPREAD", "CallMixin", "code_reaches_tokens", "is_code",
+    "kwarg_value",
+]  # fmt: skip
 
 MAX_DEPTH = 64
 SPREAD = "**"
@@ -205,7 +208,7 @@ class CallMixin:
             for h in hooks
         )  # fmt: skip
         for hook in hooks if plain else ():
-            self.call(scratch, hook, (OPAQUE,) * arity, (), node)
+            self.call(scratch, hook, hook_arguments(arity), (), node)
         if plain and not any(e.kind == "sink" for e in scratch.events.values()):
             return
         hook = self.unknown(frame, f"registers a forward hook ({registration}) that reads host ids or code out of the checker's sight", node)
@@ -390,6 +393,12 @@ class CallMixin:
             # module.register_forward_pre_hook(self.fix_ids): torch runs the hook inside the module's call
             self.forward_hook(frame, name, hooks, node)
             return OPAQUE
+        jobs = [h for h in hooks if isinstance(h, Func | Partial)]  # objects passed along are data here
+        if jobs and (isinstance(base, External) or base == OPAQUE):  # pool.submit(job), loop.run_in_executor...
+            callee = f"{getattr(base, 'dotted', 'an external base class')}.{name}"
+            handed = self.code_handed_out(frame, callee, args, kwargs, jobs, node, method=True)
+            if handed is not None:
+                return handed
         hidden = self.input_to_external_method(frame, base, name, args, kwargs, node)
         if hidden is not None:
             return hidden
@@ -614,6 +623,28 @@ def _literal_items(expr: ast.expr, func: ast.AST) -> list[object] | None:
     if isinstance(expr, ast.List | ast.Tuple) and all(isinstance(e, ast.Constant) for e in expr.elts):
         return [e.value for e in expr.elts]  # type: ignore[attr-defined]
     return None
+
+
+def hook_arguments(arity: int) -> tuple[Value, ...]:
+    """What a forward hook is tried with: the module, then the module call's arguments (and its
+    output), each of which may hold the step's input — a pre-hook reading ``args[0].host_tokens``
+    reads it."""
+    return (OPAQUE, *(Seq(None, Input()),) * (arity - 1))
+
+
+def code_reaches_tokens(code: Value, *, ids: bool = True) -> bool:
+    """Whether analysed ``code`` can reach the step's ids without being handed them: through the
+    enclosing locals it reads, the instance it is bound to, or a partial's arguments (``ids``: as
+    for :func:`carries_tokens`)."""
+    if hasattr(code, "options"):
+        return any(code_reaches_tokens(o, ids=ids) for o in code.options)  # type: ignore[attr-defined]
+    if isinstance(code, Func):
+        return any(carries_tokens(v, ids=ids) for _, v in _free_values(code)) or (
+            code.bound is not None and carries_tokens(code.bound, ids=ids)
+        )
+    if isinstance(code, Partial):
+        return carries_tokens(code, ids=ids) or code_reaches_tokens(code.target, ids=ids)
+    return carries_tokens(code, ids=ids)
 
 
 def _free_values(func: Func) -> list[tuple[str, Value]]:

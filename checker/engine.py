@@ -61,6 +61,7 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         self._wrappers: dict[ast.AST, str | None] = {}
         self._decorators: dict[ast.AST, tuple[tuple[str, Value], ...]] = {}
         self._class_patches: dict[ClassInfo, dict[str, str]] = {}
+        self._patched_after_body: dict[ClassInfo, dict[str, ast.expr]] = {}
         self._decorating: set[ast.AST] = set()  # defs whose decorators are being applied
         self.sink_functions: dict[str, SinkSpec] = {
             self.canonical(s.dotted): s for s in config.sinks if s.kind == "function"
@@ -260,9 +261,11 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         if not isinstance(build, Func):
             return None
         built = self.invoke(frame, build, (), (), ast.Pass()).ret
-        options = getattr(built, "options", (built,))
+        # What build assigned on the model after making it (``model.token_ids = MethodType(f,
+        # model)``) is on the instance the forward gets (invoke recorded it in this frame).
+        options = [self.current(frame, o) if isinstance(o, Instance) else o for o in getattr(built, "options", (built,))]
         if all(isinstance(o, Instance) for o in options):
-            return built
+            return join(*options)
         hidden = [o for o in options if isinstance(o, Unknown) and HIDDEN in o.reason]
         return hidden[0] if hidden else None  # torch.compile(model): the forward gets a wrapper
 

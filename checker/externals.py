@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from tokenstate.checker.calls import FORWARD_HOOKS, is_code, kwarg_value
+from tokenstate.checker.calls import FORWARD_HOOKS, code_reaches_tokens, is_code, kwarg_value
 from tokenstate.checker.evaluate import element_of, host_kind
 from tokenstate.checker.frame import Frame
 from tokenstate.checker.values import (
@@ -210,6 +210,43 @@ class ExternalMixin:
                         out |= self.assigned_on(helper.info.node, params[index].arg, helper.info.module, depth + 1)
         return out
 
+    def code_handed_out(self: Analyzer, frame: Frame, callee: str, args: tuple[Value, ...],
+                        kwargs: tuple[tuple[str, Value], ...], code: list[Value], node: ast.AST,
+                        *, always: bool = False, method: bool = False) -> Unknown | None:
+        """Analysed ``code`` handed to external ``callee`` (a wrapper, a thread pool's ``submit``, a
+        ``Thread``'s target): it runs out of sight, so where it can reach the step's ids — handed
+        them, closing over them, bound to an object holding them, or under a scope that may hold
+        them — the route is ``unknown``. Returns the unknown result (``None`` where nothing is
+        reached and ``always`` is off).
+
+        ``method`` (a method of an external object, ``pool.submit(job)``): only the forward input
+        and its tokens count, as for any other argument of such a method
+        (:meth:`input_to_external_method`) — not ids already read (their read was judged where it
+        stands) nor a scope the checker cannot read (transformers publishes an output collector
+        around every layer call, whose checkpointing function receives the layer as code)."""
+        handed = (*args, *(v for _, v in kwargs))
+        if method:
+            reaches = (
+                any(carries_tokens(v, ids=False) for v in handed)
+                or any(code_reaches_tokens(c, ids=False) for c in code)
+                or any(carries_tokens(v, ids=False) for v in frame.published.values())
+            )
+        else:
+            reaches = (
+                any(carries_tokens(v) for v in handed)
+                or any(code_reaches_tokens(c) for c in code)
+                or self.scope_carries_tokens(frame)
+            )
+        if not (reaches or always):
+            return None
+        hidden = self.unknown(
+            frame, f"analysed code is handed to {callee}, which {HIDDEN} "
+            "(torch.compile, checkpoint, threads and other wrappers)", node,
+        )
+        if reaches:
+            self.unresolved(frame, hidden, node)
+        return hidden
+
     def import_module(self: Analyzer, frame: Frame, dotted: str, node: ast.Call) -> Value:
         """``importlib.import_module("pkg.mod")`` is the module; a computed name is unknown."""
         name = node.args[0] if node.args else None
@@ -286,19 +323,16 @@ class ExternalMixin:
             return first
         if dotted == "typing.cast" and len(args) == 2:
             return args[1]
+        if dotted == "types.MethodType" and len(args) == 2 and isinstance(first, Func) and first.bound is None:
+            return Func(first.info, args[1], first.closure, first.raw)  # a method bound by hand
         code = [v for v in (*args, *(v for _, v in kwargs)) if is_code(v)]
         if code:
-            # torch.compile(model), checkpoint(layer, ids), vmap(f)...: the callee runs our code
-            # where the analysis cannot follow it; its result and any ids handed over are unknown
-            hidden = self.unknown(
-                frame, f"analysed code is handed to {dotted}, which {HIDDEN} "
-                "(torch.compile, checkpoint and other wrappers)", node,
-            )
+            # torch.compile(model), checkpoint(layer, ids), vmap(f), Thread(target=f)...: the callee
+            # runs our code where the analysis cannot follow it; its result is unknown
             if name in FORWARD_HOOKS:  # torch.nn.modules.module.register_module_forward_pre_hook(f)
                 self.forward_hook(frame, name, code, node)
-            elif any(carries_tokens(v) for v in (*args, *(v for _, v in kwargs))) or self.scope_carries_tokens(frame):
-                self.unresolved(frame, hidden, node)
-            return hidden
+                return self.unknown(frame, f"analysed code is handed to {dotted}, which {HIDDEN}", node)
+            return self.code_handed_out(frame, dotted, args, kwargs, code, node, always=True)  # type: ignore[return-value]
         if dotted.endswith("DeviceTokens.from_host"):
             if isinstance(first, Tokens) and first.kind == "host":  # the upload reads host.ids, which raises on a stale step
                 self.host_read(frame, host_kind(frame, first), "DeviceTokens.from_host(inp.host_tokens)", node)

@@ -213,6 +213,9 @@ class ResolverMixin:
             if decorator is not None:
                 reason = f"@{decorator} assigns {klass.dotted}.{name}, and the checker does not follow class decorators"
                 return Unknown(reason, self.config.display(klass.file), klass.line), klass
+            patched = self.patched_after_body(klass).get(name)
+            if patched is not None:  # Class.name = value at module level: it replaced the body's
+                return self.eval(self.module_frame(self.class_module(klass)), patched), klass
             for stmt in klass.node.body:
                 if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == name:
                     qualname = f"{klass.qualname}.{name}"
@@ -228,6 +231,31 @@ class ResolverMixin:
                                 return Cell(f"{klass.dotted}.{name}", "cvar"), klass
                         return self.eval(frame, stmt.value), klass
         return (fallback, None) if fallback is not None else None
+
+    def patched_after_body(self: Analyzer, cls: ClassInfo) -> dict[str, ast.expr]:
+        """Members a top-level statement of the class's own module assigns after the class body
+        (``Class.name = value`` or ``setattr(Class, "name", value)``), the last one of each name:
+        by the time anything is called the module has run them."""
+        found = self._patched_after_body.get(cls)
+        if found is not None:
+            return found
+        found = self._patched_after_body[cls] = {}
+        if "." in cls.qualname:  # a nested class is not a module-level name
+            return found
+        for stmt in self.sources.module(cls.module).tree.body:
+            if getattr(stmt, "lineno", 0) <= cls.line:
+                continue
+            if isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == cls.qualname:
+                        found[target.attr] = stmt.value
+            elif isinstance(stmt, ast.Expr) and isinstance(call := stmt.value, ast.Call):
+                args = call.args
+                if (isinstance(call.func, ast.Name) and call.func.id == "setattr" and len(args) == 3
+                        and isinstance(args[0], ast.Name) and args[0].id == cls.qualname
+                        and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str)):
+                    found[args[1].value] = args[2]
+        return found
 
     def module_constant(self: Analyzer, module: str, name: str) -> str | None:
         """The string literal a module-level ``NAME = "..."`` binds, where that is the module's only

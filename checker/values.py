@@ -389,18 +389,19 @@ def has_ids(value: Value) -> bool:
     )
 
 
-def carries_tokens(value: Value) -> bool:
-    """Whether ``value`` holds token ids or the objects that hand them out."""
-    if isinstance(value, Ids | Input | Tokens):
+def carries_tokens(value: Value, *, ids: bool = True) -> bool:
+    """Whether ``value`` holds token ids or the objects that hand them out (``ids=False``: only
+    those objects — the forward input and its tokens — not ids already read)."""
+    if isinstance(value, Input | Tokens) or (ids and isinstance(value, Ids)):
         return True
     if isinstance(value, Alt):
-        return any(carries_tokens(v) for v in value.options)
+        return any(carries_tokens(v, ids=ids) for v in value.options)
     if isinstance(value, Seq):
-        return any(carries_tokens(v) for v in value.items or ()) or carries_tokens(value.elem)
+        return any(carries_tokens(v, ids=ids) for v in value.items or ()) or carries_tokens(value.elem, ids=ids)
     if isinstance(value, MapV):
-        return carries_tokens(value.values)
+        return carries_tokens(value.values, ids=ids)
     if isinstance(value, Instance):
-        return any(carries_tokens(v) for _, v in value.fields)
+        return any(carries_tokens(v, ids=ids) for _, v in value.fields)
     if isinstance(value, Partial):
-        return any(carries_tokens(v) for v in value.args) or any(carries_tokens(v) for _, v in value.kwargs)
+        return any(carries_tokens(v, ids=ids) for v in value.args) or any(carries_tokens(v, ids=ids) for _, v in value.kwargs)
     return False

@@ -722,3 +722,49 @@ def one_level_of_star_imports(patch: MutantPatch) -> None:
         return info is not None and not isinstance(info, Unknown) and name in info.bindings
 
     patch.setattr(Analyzer, "_star_provides", star_provides)
+
+
+@mutant(
+    "RCK-48/code-handed-out-reaches-nothing",
+    doc="Analysed code handed to a thread pool or a thread reaches only what it is handed: a job "
+    "closing over the forward input (`pool.submit(lambda: embed(inp.host_tokens.ids))`) is dropped.",
+)
+def code_handed_out_reaches_nothing(patch: MutantPatch) -> None:
+    patch.setattr(externals_module, "code_reaches_tokens", lambda code: False)
+
+
+@mutant(
+    "RCK-49/forward-hooks-tried-without-the-input",
+    doc="A forward hook is tried with opaque arguments only, so a pre-hook reading the step's input "
+    "from the module call's args (`args[0].host_tokens.ids`) looks plain and is left out.",
+)
+def forward_hooks_tried_without_the_input(patch: MutantPatch) -> None:
+    patch.setattr(calls_module, "hook_arguments", lambda arity: (OPAQUE,) * arity)
+
+
+@mutant(
+    "RCK-50/build-assignments-and-method-type-unseen",
+    doc="What `build` assigns on the model after making it is dropped, and `types.MethodType(f, "
+    "model)` is plain data: a host reader bound by hand in `build` is never analysed.",
+)
+def build_assignments_and_method_type_unseen(patch: MutantPatch) -> None:
+    def built_model(self, frame, target):  # type: ignore[no-untyped-def]
+        if not (target.model_module and target.model_qualname):
+            return None
+        build = self.resolve_global(target.model_module, target.model_qualname)
+        if not isinstance(build, Func):
+            return None
+        built = self.invoke(frame, build, (), (), ast.Pass()).ret  # the instance as constructed
+        options = getattr(built, "options", (built,))
+        return built if all(isinstance(o, Instance) for o in options) else None
+
+    patch.setattr(Analyzer, "built_model", built_model)
+
+
+@mutant(
+    "RCK-51/module-level-class-patches-unseen",
+    doc="`Class.name = value` at module level, after the class body, is not seen: the body's method "
+    "is analysed instead of the host reader that replaced it.",
+)
+def module_level_class_patches_unseen(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "patched_after_body", lambda self, cls: {})

@@ -34,8 +34,10 @@ from .routing_checker_mutants import (
     attribute_writes_forgotten,
     bool_values_are_flags,
     branch_facts_end_with_the_branch,
+    build_assignments_and_method_type_unseen,
     class_decorators_and_hooks_unseen,
     class_patching_by_direct_assignment_only,
+    code_handed_out_reaches_nothing,
     compiled_code_followed_as_plain,
     concatenated_lists_lose_their_elements,
     containers_filled_later_stay_empty,
@@ -49,6 +51,7 @@ from .routing_checker_mutants import (
     external_base_answers_every_member,
     external_methods_take_the_input_as_data,
     first_key_wins_and_slices_keep_all,
+    forward_hooks_tried_without_the_input,
     fresh_positions_checked_in_full_mode_only,
     getattribute_is_a_method_call,
     handlers_and_managers_inherit_the_body_facts,
@@ -62,6 +65,7 @@ from .routing_checker_mutants import (
     match_binds_the_subject_only,
     match_cases_unguarded,
     module_dict_attributes_opaque,
+    module_level_class_patches_unseen,
     none_beside_device_tokens_dropped,
     one_level_of_star_imports,
     only_embedding_sinks_count,
@@ -389,3 +393,23 @@ def test_a_plain_forward_hook_that_touches_no_ids_is_left_out():
 @pytest.mark.paid("RCK-47", before=one_level_of_star_imports)
 def test_names_re_exported_through_nested_star_imports_resolve():
     assert_zoo("nested star exports", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-48", before=code_handed_out_reaches_nothing)
+def test_code_handed_to_threads_that_reaches_the_input_is_unknown():
+    assert_zoo("code handed to threads", {"honors", "unknown"})
+
+
+@pytest.mark.paid("RCK-49", before=forward_hooks_tried_without_the_input)
+def test_a_forward_hook_reading_the_input_from_its_args_is_unknown():
+    assert_zoo("class decorators and forward hooks", {"unknown"})
+
+
+@pytest.mark.paid("RCK-50", before=build_assignments_and_method_type_unseen)
+def test_a_method_bound_by_hand_in_build_is_analysed():
+    assert_zoo("methods bound or patched by hand", {"ignores"})
+
+
+@pytest.mark.paid("RCK-51", before=module_level_class_patches_unseen)
+def test_a_class_patched_after_its_body_is_analysed():
+    assert_zoo("methods bound or patched by hand", {"ignores"})

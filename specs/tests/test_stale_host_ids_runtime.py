@@ -147,7 +147,7 @@ def _read_in_thread(inp: ForwardInput) -> torch.Tensor:
 def _capture(read):  # a thread's exception, handed back to the forward that started it
     try:
         return read()
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         return exc
 
 

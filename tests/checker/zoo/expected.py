@@ -180,6 +180,13 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.hf_plumbing", "transformers_plumbing_host"): ("ignores", "transformers plumbing"),
     ("czoo.star_exports", "model_from_nested_star_exports_device"): ("honors", "nested star exports"),
     ("czoo.star_exports", "model_from_nested_star_exports_host"): ("ignores", "nested star exports"),
+    ("czoo.handoffs", "pool_job_closes_over_the_input"): ("unknown", "code handed to threads"),
+    ("czoo.handoffs", "pool_job_reads_the_raw_buffer"): ("unknown", "code handed to threads"),
+    ("czoo.handoffs", "thread_target_closes_over_the_input"): ("unknown", "code handed to threads"),
+    ("czoo.handoffs", "pool_job_without_ids"): ("honors", "code handed to threads"),
+    ("czoo.handoffs", "pre_hook_reads_the_input_from_its_args"): ("unknown", "class decorators and forward hooks"),
+    ("czoo.handoffs", "method_bound_by_hand_in_build"): ("ignores", "methods bound or patched by hand"),
+    ("czoo.handoffs", "class_patched_after_its_body"): ("ignores", "methods bound or patched by hand"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -191,4 +198,5 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.builds", "annotated_base_device_subclass"): ("czoo.builds", "build_device_override"),
     # the decorator replaced the def: its annotations are not on the function the module holds
     ("czoo.decorators", "decorator_swaps_in_a_host_forward"): ("czoo.servable", "build_servable"),
+    ("czoo.handoffs", "method_bound_by_hand_in_build"): ("czoo.handoffs", "build_method_bound_by_hand"),
 }

@@ -1,0 +1,98 @@
+"""Code a forward hands to something that runs it later or elsewhere: a thread pool, a thread, a
+forward pre-hook reading the module's arguments, a method bound by hand, a class patched after its
+body. What runs out of sight is `unknown` when it can reach the step's ids — through its arguments
+or through what it closes over; what the checker can follow is followed.
+"""
+
+import concurrent.futures
+import threading
+import types
+
+from torch import Tensor
+
+from czoo.servable import ServableLM, build_servable
+from tokenstate.contracts import ForwardInput, entry_point
+
+_POOL = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="czoo-handoffs")
+
+
+@entry_point
+def pool_job_closes_over_the_input(model: ServableLM, inp: ForwardInput) -> Tensor:
+    hidden = _POOL.submit(lambda: model.embed(inp.host_tokens.ids)).result()
+    return model.logits(hidden, inp)
+
+
+@entry_point
+def pool_job_reads_the_raw_buffer(model: ServableLM, inp: ForwardInput) -> Tensor:
+    raw = _POOL.submit(lambda: inp.host_tokens.placeholder_buffer()).result()
+    return model.logits(model.embed(raw), inp)
+
+
+@entry_point
+def thread_target_closes_over_the_input(model: ServableLM, inp: ForwardInput) -> Tensor:
+    out: list[Tensor] = []
+    worker = threading.Thread(target=lambda: out.append(model.embed(inp.host_tokens.ids)))
+    worker.start()
+    worker.join()
+    return model.logits(out[0], inp)
+
+
+@entry_point
+def pool_job_without_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
+    width = _POOL.submit(lambda: model.weight.shape[1]).result()  # plain metadata off the thread
+    hidden = model.embed(inp.embedding_ids())
+    return model.logits(hidden[:, :width], inp)
+
+
+class ArgsPreHookLM(ServableLM):
+    """A pre-hook registered at construction that reads the step's input from the module's args."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.register_forward_pre_hook(lambda module, args: (args[0], args[0].host_tokens.ids))
+
+    def forward(self, inp: ForwardInput, ids: Tensor | None = None) -> Tensor:
+        return self.logits(self.embed(inp.embedding_ids() if ids is None else ids), inp)
+
+
+@entry_point
+def pre_hook_reads_the_input_from_its_args(model: ArgsPreHookLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+class TokenSourceLM(ServableLM):
+    def token_ids(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return self.logits(self.embed(self.token_ids(inp)), inp)
+
+
+def _host_token_ids(self, inp: ForwardInput) -> Tensor:
+    return inp.host_tokens.ids
+
+
+def build_method_bound_by_hand(config: dict, *, device, seed: int) -> TokenSourceLM:
+    model = TokenSourceLM(config).to(device)
+    model.token_ids = types.MethodType(_host_token_ids, model)
+    return model
+
+
+@entry_point
+def method_bound_by_hand_in_build(model: TokenSourceLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+class PatchedAfterItsBodyLM(TokenSourceLM):
+    pass
+
+
+PatchedAfterItsBodyLM.token_ids = _host_token_ids
+
+
+@entry_point
+def class_patched_after_its_body(model: PatchedAfterItsBodyLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+__all__ = ["build_servable"]
