@@ -187,6 +187,11 @@ def _build_or_load(
         raise ConfigError(
             f"LLM: model must be a registered name, a ModelFactory or a path, got {type(model).__name__}."
         )
+    if not os.fspath(model).strip():  # Path("") is the current directory: never load that by accident
+        raise ConfigError(
+            "LLM: the model name is empty; pass a registered name (e.g. 'tiny-llama'), a ModelFactory, "
+            "or the path of an HF-format directory ('.' for the current one)."
+        )
     path = Path(model)
     if path.is_dir():
         factory = registry.resolve(registry.architecture_of(path))

@@ -41,16 +41,22 @@ def _require_int(name: str, value: object, *, minimum: int) -> int:
     return int(value)
 
 
+def _is_number(value: object) -> bool:
+    """A real number as configs and numpy hand them over (``np.float32(0.7)`` included), not a bool."""
+    return not isinstance(value, bool | np.bool_) and isinstance(value, int | float | np.integer | np.floating)
+
+
 def _require_float(name: str, value: object, *, positive: bool = False) -> None:
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and math.isfinite(value)
-        and (value > 0 or not positive)
-    )
+    ok = _is_number(value) and math.isfinite(value) and (value > 0 or not positive)  # type: ignore[arg-type]
     if not ok:
         bound = "a finite number > 0" if positive else "a finite number"
         raise ConfigError(f"SamplingParams.{name} must be {bound}, got {value!r}.")
+
+
+_MAX_TOP_K = 2**31 - 1  # the device keeps top_k as int32; any value >= the vocabulary keeps every token
+_REPETITION_RANGE = (0.01, 100.0)
+"""Beyond it a penalty overflows float32 logits (a logit divided by 1e-39 is inf, and inf - inf is
+NaN) and sampling returns garbage; 1 is off, 1.1-1.3 is typical."""
 
 
 def _token_ids(ids: object) -> tuple[int, ...] | None:
@@ -136,21 +142,23 @@ class SamplingParams:
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_tokens", _require_int("max_tokens", self.max_tokens, minimum=1))
         object.__setattr__(self, "top_k", _require_int("top_k", self.top_k, minimum=0))
-        if (
-            isinstance(self.temperature, bool)
-            or not isinstance(self.temperature, int | float)
-            or not (0.0 <= self.temperature < float("inf"))
-        ):
+        if self.top_k > _MAX_TOP_K:
+            raise ConfigError(
+                f"SamplingParams.top_k must be at most {_MAX_TOP_K} (0, or any value >= the vocabulary, "
+                f"keeps every token), got {self.top_k!r}."
+            )
+        if not _is_number(self.temperature) or not (0.0 <= self.temperature < float("inf")):
             raise ConfigError(
                 f"SamplingParams.temperature must be a finite number >= 0 (0 = greedy), got "
                 f"{self.temperature!r}."
             )
-        if (
-            isinstance(self.top_p, bool)
-            or not isinstance(self.top_p, int | float)
-            or not (0.0 < self.top_p <= 1.0)
-        ):
+        if not _is_number(self.top_p) or not (0.0 < self.top_p <= 1.0):
             raise ConfigError(f"SamplingParams.top_p must lie in (0, 1], got {self.top_p!r}.")
+        if np.float32(self.top_p) == 0:  # sampling keeps top_p in float32: 0 there keeps no token
+            raise ConfigError(
+                f"SamplingParams.top_p={self.top_p!r} is 0 in float32, where sampling reads it; use at "
+                "least 1e-38 (any top_p that small keeps just the most likely token)."
+            )
         if self.seed is not None:
             object.__setattr__(self, "seed", _require_int("seed", self.seed, minimum=0))
             if self.seed >= 2**63:
@@ -165,6 +173,12 @@ class SamplingParams:
             )
         object.__setattr__(self, "stop_token_ids", stops)
         _require_float("repetition_penalty", self.repetition_penalty, positive=True)
+        low, high = _REPETITION_RANGE
+        if not low <= self.repetition_penalty <= high:
+            raise ConfigError(
+                f"SamplingParams.repetition_penalty must lie in [{low}, {high:g}] (1 is off; beyond that "
+                f"range it overflows float32 logits), got {self.repetition_penalty!r}."
+            )
         for name in ("presence_penalty", "frequency_penalty"):
             _require_float(name, getattr(self, name))
             if not -2.0 <= getattr(self, name) <= 2.0:  # vLLM's and OpenAI's range

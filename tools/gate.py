@@ -48,6 +48,9 @@ __all__ = ["Divergence", "GateConfig", "GateReport", "PathResult", "builtin_prom
 _LENGTHS = (1, 5, 70, 3, 17, 41, 9, 2, 33, 96, 12, 6)
 
 
+MAX_GATE_REQUESTS = 100_000
+
+
 @dataclass(frozen=True)
 class GateConfig:
     """How the gate runs: request count and length, batch shape, seed, device, checks mode."""
@@ -70,6 +73,11 @@ class GateConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"gate: {name} must be a positive int, got {value!r}.")
+        if self.num_requests > MAX_GATE_REQUESTS:  # each runs on three paths: memory and hours
+            raise ConfigError(
+                f"gate: num_requests must be at most {MAX_GATE_REQUESTS}, got {self.num_requests!r}; "
+                "the gate's point is its schedules, which a few dozen requests already reach."
+            )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"gate: seed must be an int >= 0, got {self.seed!r}.")
         for name in ("oracle", "quick", "fit_max_tokens"):

@@ -113,3 +113,6 @@ def test_a_nonexistent_model_path_is_not_called_an_unknown_architecture(tmp_path
         LLM(tmp_path / "file.bin")
     with pytest.raises(ConfigError, match=r"^unknown architecture or model 'nope'"):
         LLM("nope")
+    for empty in ("", " "):  # Path("") is the current directory, which may hold a checkpoint
+        with pytest.raises(ConfigError, match=r"^LLM: the model name is empty"):
+            LLM(empty)

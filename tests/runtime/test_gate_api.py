@@ -128,6 +128,7 @@ def test_own_engine_refuses_the_options_it_would_ignore(kwargs, message):
         ({"seed": -1}, "seed must be an int >= 0"),
         ({"max_tokens": "x"}, "max_tokens must be a positive int"),
         ({"num_requests": 0}, "num_requests must be a positive int"),
+        ({"num_requests": 10**11}, r"num_requests must be at most 100000"),
     ],
 )
 def test_registered_model_options_are_checked(kwargs, message):

@@ -217,6 +217,13 @@ def test_a_prompt_may_be_a_1d_integer_array_or_tensor_as_a_tokenizer_returns_it(
         # vLLM's (and OpenAI's) range: beyond it a penalty overflows float32 logits into NaN
         ({"presence_penalty": 1e39}, r"presence_penalty must lie in \[-2, 2\], got 1e\+39"),
         ({"frequency_penalty": -2.5}, r"frequency_penalty must lie in \[-2, 2\], got -2.5"),
+        # the device holds top_k as int32, and top_p / the repetition penalty as float32 logits
+        ({"top_k": 2**31}, r"top_k must be at most 2147483647"),
+        ({"top_k": 2**63}, r"top_k must be at most 2147483647"),
+        ({"top_p": 1e-46}, r"top_p=1e-46 is 0 in float32"),
+        ({"repetition_penalty": 1e-39}, r"repetition_penalty must lie in \[0.01, 100\]"),
+        ({"repetition_penalty": 1e39}, r"repetition_penalty must lie in \[0.01, 100\]"),
+        ({"temperature": np.float32("nan")}, "temperature must be a finite number >= 0"),
     ],
 )
 def test_invalid_sampling_params(kwargs, message):
@@ -373,6 +380,13 @@ def test_a_temperature_below_float32_range_samples_the_greedy_tokens():
     for temperature in (1e-40, 1e-30):
         cold = SamplingParams(max_tokens=8, ignore_eos=True, temperature=temperature, seed=3)
         assert [o.token_ids for o in llm.generate(prompts, cold)] == greedy, temperature
+
+
+def test_numpy_floats_are_numbers_in_sampling_params():
+    params = SamplingParams(temperature=np.float32(0.7), top_p=np.float32(0.9), repetition_penalty=np.float16(1.5))
+    assert (params.temperature, params.top_p) == (np.float32(0.7), np.float32(0.9))
+    with pytest.raises(ConfigError, match="repetition_penalty must be a finite number > 0"):
+        SamplingParams(repetition_penalty=np.bool_(True))
 
 
 def test_numpy_integers_are_ints_in_sampling_params_and_a_meta_tensor_prompt_is_refused():
