@@ -39,8 +39,12 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 _INDEX = "model.safetensors.index.json"
 
 
+_SINGLE_FILE = "model.safetensors"
+
+
 def safetensors_files(path: str | Path) -> list[Path]:
-    """The safetensors files of a directory (via the shard index when there is one).
+    """The safetensors files of a directory: the shard index's when there is one, else
+    ``model.safetensors`` when it exists (what HF loads), else every ``*.safetensors``.
 
     A directory with only pickle checkpoints is refused: unpickling can run arbitrary code.
     """
@@ -53,6 +57,9 @@ def safetensors_files(path: str | Path) -> list[Path]:
         if absent:
             raise ConfigError(f"{index} names shards that do not exist: {absent}.")
         return files
+    single = directory / _SINGLE_FILE
+    if single.is_file():  # as HF loads it: other *.safetensors beside it (an adapter...) are not the model
+        return [single]
     files = sorted(directory.glob("*.safetensors"))
     if files:
         return files

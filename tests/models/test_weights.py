@@ -47,6 +47,15 @@ def test_sharded_checkpoint_loads(tmp_path):
     assert torch.equal(ours.model.layers[1].mlp.down_proj.weight, original.model.layers[1].mlp.down_proj.weight)
 
 
+def test_model_safetensors_is_the_model_beside_other_safetensors_files(tmp_path):
+    """As HF loads it: an adapter or a consolidated copy next to model.safetensors is not merged in."""
+    original = hf_model(SMALL)
+    original.save_pretrained(tmp_path)
+    save_file({"layers.0.attention.wq.weight": torch.zeros(4, 4)}, tmp_path / "consolidated.safetensors")
+    ours = llama.load(tmp_path, device="cpu")
+    assert torch.equal(ours.model.layers[1].mlp.down_proj.weight, original.model.layers[1].mlp.down_proj.weight)
+
+
 def test_every_missing_unexpected_and_misshaped_tensor_is_listed_at_once(tmp_path):
     llama.save(llama.build(SMALL, seed=0), tmp_path)
     tensors = load_file(tmp_path / "model.safetensors")
@@ -182,9 +191,11 @@ def test_integer_and_bool_tensors_are_refused_not_cast(tmp_path):
 
 
 def test_a_tensor_in_two_files_is_refused(tmp_path):
+    """Without an index or a model.safetensors, every *.safetensors is read: none may repeat a tensor."""
     llama.save(llama.build(SMALL, seed=0), tmp_path)
+    (tmp_path / "model.safetensors").rename(tmp_path / "part-a.safetensors")
     save_file({"model.norm.weight": torch.full((32,), 7.0)}, tmp_path / "zz-extra.safetensors")
-    with pytest.raises(ConfigError, match=r"model.norm.weight is in both model.safetensors and zz-extra.safetensors"):
+    with pytest.raises(ConfigError, match=r"model.norm.weight is in both part-a.safetensors and zz-extra.safetensors"):
         llama.load(tmp_path, device="cpu")
 
 
