@@ -1,6 +1,9 @@
 """tokenstate.runtime — what runs: registry, scheduler, device mirror, kernels, runner, LLM API."""
 
 from tokenstate.runtime.engine import Engine as Engine, EngineConfig as EngineConfig
+from tokenstate.runtime.generation_settings import (
+    GenerationSettingsWarning as GenerationSettingsWarning,
+)
 from tokenstate.runtime.llm import LLM as LLM
 from tokenstate.runtime.outputs import (
     CompletionOutput as CompletionOutput,
@@ -35,6 +38,7 @@ __all__ = [
     "EngineConfig",
     "EngineStats",
     "FinishReason",
+    "GenerationSettingsWarning",
     "ModelFactory",
     "OnUnhonored",
     "RequestOutput",

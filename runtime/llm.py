@@ -24,6 +24,7 @@ from tokenstate.contracts import ConfigError
 from tokenstate.runtime import registry
 from tokenstate.runtime.engine import Engine, EngineConfig
 from tokenstate.runtime.engine_config import ON_UNHONORED, OnUnhonored
+from tokenstate.runtime.generation_settings import warn_on_generation_settings
 from tokenstate.runtime.outputs import EngineStats, RequestOutput
 from tokenstate.runtime.params import SamplingParams
 from tokenstate.runtime.progress import notify_step
@@ -349,6 +350,8 @@ class LLM:
                 "eos_token_id / allocate_slots / reset_slot (see ServableModel)."
             )
         self._eos_token_ids = _eos_token_ids(self.model, model)
+        if isinstance(model, str | os.PathLike) and Path(model).is_dir():
+            warn_on_generation_settings(Path(model), self._eos_token_ids)
         spec = SpeculativeConfig.parse(
             speculative, model=self.factory.name, supported=self.factory.supports_speculative
         )

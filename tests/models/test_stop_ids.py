@@ -60,3 +60,44 @@ def test_generation_config_eos_ids_are_what_generate_stops_on(tmp_path):
     _set(directory / "generation_config.json", "eos_token_id", [unused, 10**9])
     with pytest.raises(ConfigError, match=r"generation_config.json: eos_token_id .*1000000000"):
         LLM(directory)
+
+
+def test_generation_settings_hf_applies_and_tokenstate_does_not_are_named(tmp_path):
+    """HF generate applies a checkpoint's generation settings to every call; tokenstate applies
+    each request's SamplingParams. Where the two would differ, loading says so, never silently."""
+    from tokenstate.runtime.generation_settings import GenerationSettingsWarning
+
+    directory, _ = _checkpoint("tiny-llama", tmp_path)
+    generation = directory / "generation_config.json"
+    _set(generation, "eos_token_id", 2)
+    _set(generation, "repetition_penalty", 1.5)
+    _set(generation, "no_repeat_ngram_size", 3)
+    with pytest.warns(GenerationSettingsWarning, match=r"repetition_penalty=1.5, no_repeat_ngram_size=3 .*"
+                      r"SamplingParams\(repetition_penalty=\.\.\. for repetition_penalty\).*Not implemented here: "
+                      r"no_repeat_ngram_size"):
+        LLM(directory, async_scheduling=False)
+    generation.unlink()  # without the file HF falls back to config.json's legacy fields
+    _set(directory / "config.json", "do_sample", True)
+    _set(directory / "config.json", "temperature", 0.6)
+    with pytest.warns(GenerationSettingsWarning, match=r"config.json: HF generate applies temperature=0.6"):
+        LLM(directory, async_scheduling=False)
+
+
+def test_a_generation_config_without_eos_is_named(tmp_path):
+    from tokenstate.runtime.generation_settings import GenerationSettingsWarning
+
+    directory, _ = _checkpoint("tiny-llama", tmp_path)
+    _set(directory / "config.json", "eos_token_id", 3)
+    _set(directory / "generation_config.json", "bos_token_id", 1)
+    with pytest.warns(GenerationSettingsWarning, match=r"names no eos_token_id: HF generate then stops only "
+                      r"at its length limit, while tokenstate stops at config.json's \[3\]"):
+        LLM(directory, async_scheduling=False)
+
+
+def test_neutral_generation_settings_warn_nothing(tmp_path, recwarn):
+    directory, _ = _checkpoint("tiny-llama", tmp_path)
+    _set(directory / "generation_config.json", "eos_token_id", 2)
+    _set(directory / "generation_config.json", "repetition_penalty", 1.0)
+    _set(directory / "generation_config.json", "temperature", 0.7)  # HF applies it only with do_sample
+    LLM(directory, async_scheduling=False)
+    assert not [w for w in recwarn if "generate" in str(w.message)]
