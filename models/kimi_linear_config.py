@@ -3,7 +3,9 @@
 Accepts both spellings HF uses: the config-class names (``num_local_experts``,
 ``max_position_embeddings``, …) and the names ``save_pretrained`` writes to ``config.json``
 (``num_experts``, ``model_max_length``, …), plus the original checkpoint's ``linear_attn_config``
-block (1-indexed ``kda_layers`` / ``full_attn_layers``) and ``first_k_dense_replace``. Refuses
+block (1-indexed ``kda_layers`` / ``full_attn_layers``), ``first_k_dense_replace`` and the other
+fields of the released checkpoint's own config class (``mla_use_nope``, ``moe_layer_freq``, …) at
+the one value each that HF's modeling code computes. Refuses
 absurd sizes, unknown layer types and inconsistent head counts in one ``ConfigError``.
 
 ``head_dim`` and ``qk_head_dim`` are derived, as HF's ``KimiLinearConfig.__post_init__`` derives
@@ -80,6 +82,36 @@ _SCHEMA: Final = ConfigSchema(
         Field("eos_token_id", (int, list, None), 163586),
     ),
 )
+
+# Fields of the released checkpoint's own config class (Moonshot's configuration_kimi.py) that HF's
+# KimiLinearConfig lacks and ignores: HF's modeling code (and ours) hard-codes one choice for each.
+# That value is accepted; any other is refused by name, since neither implementation computes it.
+_RELEASED_FIELDS: Final[dict[str, tuple[Any, str]]] = {
+    "mla_use_nope": (True, "MLA layers without rotary embeddings (NoPE)"),
+    "moe_layer_freq": (1, "a MoE on every layer from first_k_dense_replace on"),
+    "moe_router_activation_func": ("sigmoid", "a sigmoid router"),
+    "use_grouped_topk": (True, "grouped top-k routing (n_group, topk_group)"),
+    "num_nextn_predict_layers": (0, "no multi-token-prediction layers"),
+}
+# Rotary settings of the released form: with NoPE MLA (above) nothing reads them.
+_UNREAD_UNDER_NOPE: Final = ("rope_theta", "rope_scaling")
+
+
+def _released_form_problems(values: dict[str, Any]) -> list[str]:
+    """Pops the released form's fields from ``values``; a problem per value nothing computes."""
+    for name in _UNREAD_UNDER_NOPE:
+        values.pop(name, None)
+    problems = []
+    for name, (computed, meaning) in _RELEASED_FIELDS.items():
+        if name in values and (value := values.pop(name)) != computed:
+            if name == "use_grouped_topk" and values.get("n_group", 1) == 1:
+                continue  # one group: grouped and plain top-k pick the same experts
+            problems.append(
+                f"{name}={value!r}: tokenstate, like HF's {ARCHITECTURE}, computes {meaning} only "
+                f"({name}={computed!r})"
+            )
+    return problems
+
 
 # Written by save_pretrained but derived on load, whatever was stored (see the module docstring).
 _DERIVED: Final = ("head_dim", "qk_head_dim")
@@ -260,6 +292,12 @@ def parse_kimi_linear_config(config: Mapping[str, Any]) -> KimiLinearConfig:
     if not isinstance(config, Mapping):
         raise ConfigError(f"{ARCHITECTURE}: a config must be a dict, got {type(config).__name__}.")
     normalised = _normalise(config)
+    released = _released_form_problems(normalised)
+    if released:
+        raise ConfigError(
+            f"{ARCHITECTURE} config refused before allocating anything: " + "; ".join(released)
+            + ". Fix the config (config.json or the dict passed to build)."
+        )
     stored = {name: normalised.pop(name) for name in _DERIVED if name in normalised}
     values = _SCHEMA.parse(normalised, checks=[_rules])
     _warn_on_ignored_derived(stored, values)

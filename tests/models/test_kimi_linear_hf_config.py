@@ -73,3 +73,34 @@ def test_tie_word_embeddings_is_ignored_as_hf_ignores_it(tmp_path):
                       r"separate: lm_head\.weight\).*never tied to the embedding"):
         ours = parse_kimi_linear_config({**TINY, "tie_word_embeddings": True})
     assert ours.tie_word_embeddings is True
+
+
+# The fields of Moonshot's released config.json (configuration_kimi.py) that HF's KimiLinearConfig
+# does not have, at the values HF's modeling code (and ours) computes.
+_RELEASED_FORM = {
+    "mla_use_nope": True, "moe_layer_freq": 1, "moe_router_activation_func": "sigmoid",
+    "use_grouped_topk": True, "num_nextn_predict_layers": 0, "rope_theta": 10000.0, "rope_scaling": None,
+}  # fmt: skip
+
+
+def test_the_released_config_form_parses_as_hf_reads_it(tmp_path, recwarn):
+    config = _hf_saved(tmp_path, **_RELEASED_FORM)
+    assert parse_kimi_linear_config(config) == parse_kimi_linear_config(_hf_saved(tmp_path))
+    one_group = _hf_saved(tmp_path, **{**_RELEASED_FORM, "use_grouped_topk": False, "num_expert_group": 1})
+    assert parse_kimi_linear_config(one_group).n_group == 1  # one group: grouped and plain top-k agree
+    assert not recwarn.list
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("mla_use_nope", False, r"mla_use_nope=False: .*MLA layers without rotary embeddings \(NoPE\)"),
+        ("moe_layer_freq", 2, r"moe_layer_freq=2: .*a MoE on every layer from first_k_dense_replace on"),
+        ("moe_router_activation_func", "softmax", r"moe_router_activation_func='softmax': .*sigmoid"),
+        ("num_nextn_predict_layers", 1, r"num_nextn_predict_layers=1: .*no multi-token-prediction layers"),
+        ("use_grouped_topk", False, r"use_grouped_topk=False: .*grouped top-k routing"),
+    ],
+)
+def test_released_fields_that_change_the_math_are_refused_by_name(tmp_path, field, value, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_kimi_linear_config(_hf_saved(tmp_path, **{**_RELEASED_FORM, field: value}))
