@@ -131,6 +131,10 @@ def _ids_of_array(index: int, ids: np.ndarray | torch.Tensor) -> list[int]:
             f"prompt {index}: token ids must be integers, got {kind} dtype {ids.dtype}; convert "
             "them, e.g. ids.astype(np.int64) or ids.long()."
         )
+    if isinstance(ids, torch.Tensor) and ids.layout != torch.strided:
+        raise ConfigError(
+            f"prompt {index}: a sparse tensor ({ids.layout}); pass ids.to_dense(), or a list of the ids."
+        )
     if isinstance(ids, torch.Tensor) and ids.is_meta:
         raise ConfigError(
             f"prompt {index}: a meta-device tensor holds no ids (its data was never allocated); "
@@ -139,10 +143,14 @@ def _ids_of_array(index: int, ids: np.ndarray | torch.Tensor) -> list[int]:
     return ids.tolist()
 
 
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+def _positive_int(name: str, value: object, *, int32: bool = False) -> int:
+    """``value`` as an int >= 1 (numpy integers included); ``int32``: below 2**31 as well, for the
+    counts the device holds as int32 (slots, a step's tokens)."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer) or value < 1:
         raise ConfigError(f"LLM: {name} must be a positive int, got {value!r}.")
-    return value
+    if int32 and value >= 2**31:
+        raise ConfigError(f"LLM: {name} must be a positive int below 2**31, got {value!r}.")
+    return int(value)
 
 
 def execution_device(device: torch.device | str) -> torch.device:
@@ -349,6 +357,11 @@ class LLM:
                 f"model {self.factory.name!r}: the built model lacks vocab_size / max_model_len / "
                 "eos_token_id / allocate_slots / reset_slot (see ServableModel)."
             )
+        if self.model.max_model_len < 2:  # a prompt token, and the one token every request generates
+            raise ConfigError(
+                f"model {self.factory.name!r} has a context of {self.model.max_model_len} token(s) "
+                "(max_model_len); serving needs at least 2: check max_position_embeddings in its config."
+            )
         self._eos_token_ids = _eos_token_ids(self.model, model)
         if isinstance(model, str | os.PathLike) and Path(model).is_dir():
             warn_on_generation_settings(Path(model), self._eos_token_ids)
@@ -372,8 +385,8 @@ class LLM:
         config = EngineConfig(
             async_scheduling=async_scheduling,
             device=dev,
-            max_num_seqs=_positive_int("max_num_seqs", max_num_seqs),
-            max_num_batched_tokens=_positive_int("max_num_batched_tokens", max_num_batched_tokens),
+            max_num_seqs=_positive_int("max_num_seqs", max_num_seqs, int32=True),
+            max_num_batched_tokens=_positive_int("max_num_batched_tokens", max_num_batched_tokens, int32=True),
             seed=seed,
             on_unhonored=on_unhonored,
             scheduling_order=scheduling_order,

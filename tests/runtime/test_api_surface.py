@@ -116,3 +116,18 @@ def test_a_nonexistent_model_path_is_not_called_an_unknown_architecture(tmp_path
     for empty in ("", " "):  # Path("") is the current directory, which may hold a checkpoint
         with pytest.raises(ConfigError, match=r"^LLM: the model name is empty"):
             LLM(empty)
+
+
+def test_a_model_with_a_context_of_one_token_is_refused_when_built():
+    """A prompt needs a token and every request generates one: a context of 1 can serve nothing."""
+    import dataclasses
+
+    toy = toy_factory("OneTokenContextLM")
+
+    def build(config, *, device, seed):
+        model = toy.build(config, device=device, seed=seed)
+        model.max_model_len = 1  # an HF config with max_position_embeddings=1
+        return model
+
+    with pytest.raises(ConfigError, match=r"context of 1 token\(s\) \(max_model_len\); serving needs at least 2"):
+        LLM(dataclasses.replace(toy, build=build))

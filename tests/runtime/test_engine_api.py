@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tokenstate.contracts import ConfigError
@@ -46,6 +47,9 @@ def test_workload_arrivals_are_returned_in_order_and_never_lost():
     [
         ({"scheduling_order": "fifo"}, "scheduling_order='fifo' is not an order; valid: decode_first, random"),
         ({"kv_cache_tokens": 0}, "kv_cache_tokens must be a positive int"),
+        # slots and step tokens are int32 on the device
+        ({"max_num_seqs": 2**63}, r"max_num_seqs must be a positive int below 2\*\*31, got 9223372036854775808"),
+        ({"max_num_batched_tokens": 2**31}, r"max_num_batched_tokens must be a positive int below 2\*\*31"),
         ({"speculative": {"method": "eagle", "num_tokens": 2}}, "method 'eagle' is not available"),
         ({"speculative": {"method": "ngram", "num_tokens": 0}}, r"num_tokens must be an int in \[1, 15\]"),
         ({"speculative": {"method": "ngram", "num_tokens": 2, "k": 1}}, r"unknown keys \['k'\]"),
@@ -54,6 +58,11 @@ def test_workload_arrivals_are_returned_in_order_and_never_lost():
 def test_bad_engine_settings_are_refused(kw, match):
     with pytest.raises(ConfigError, match=match):
         LLM(toy_factory(), **kw)
+
+
+def test_numpy_integers_are_ints_in_engine_settings():
+    llm = LLM(toy_factory(), max_num_seqs=np.int64(3), max_num_batched_tokens=np.int32(16))
+    assert llm.generate([[1, 2]], SamplingParams(max_tokens=2))[0].token_ids
 
 
 def test_speculative_refused_by_name_for_a_model_that_cannot_roll_back():

@@ -397,3 +397,5 @@ def test_numpy_integers_are_ints_in_sampling_params_and_a_meta_tensor_prompt_is_
         SamplingParams(max_tokens=np.bool_(True))
     with pytest.raises(ConfigError, match=r"prompt 0: a meta-device tensor holds no ids"):
         LLM(toy_factory()).generate([torch.zeros(3, dtype=torch.long, device="meta")])
+    with pytest.raises(ConfigError, match=r"prompt 0: a sparse tensor \(torch.sparse_coo\); pass ids.to_dense\(\)"):
+        LLM(toy_factory()).generate([torch.tensor([1, 0, 2]).to_sparse()])
