@@ -55,7 +55,10 @@ from tokenstate.checker.values import (
 if TYPE_CHECKING:
     from tokenstate.checker.engine import Analyzer
 
-__all__ = ["ExprMixin", "element_of", "host_kind"]
+__all__ = ["STALE_TESTS", "ExprMixin", "element_of", "host_kind"]
+
+STALE_TESTS = frozenset({"has_stale", "stale_rows"})
+"""``HostTokens`` attributes that are false (or empty) exactly when every host id is fresh."""
 
 
 def host_kind(frame: Frame, tokens: Tokens) -> str:
@@ -261,7 +264,7 @@ class ExprMixin:
                 if base.kind == "device":
                     return self.origin(frame, "device", "inp.device_tokens.ids", node)
                 return self.host_read(frame, host_kind(frame, base), "inp.host_tokens.ids", node)
-            if name == "has_stale" and base.kind == "host":
+            if name in STALE_TESTS and base.kind == "host":  # empty / false: every host id is fresh
                 return Flag(fresh_if_true=False, fresh_if_false=True)
             if name in ("row_ids", "placeholder_buffer"):
                 return Bound(base, name)

@@ -768,3 +768,12 @@ def build_assignments_and_method_type_unseen(patch: MutantPatch) -> None:
 )
 def module_level_class_patches_unseen(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "patched_after_body", lambda self, cls: {})
+
+
+@mutant(
+    "RCK-52/stale-rows-tuple-is-data",
+    doc="`inp.host_tokens.stale_rows` is plain data: `ids = host.ids if not host.stale_rows else "
+    "device.ids` reads host ids unguarded, although an empty tuple means every host id is fresh.",
+)
+def stale_rows_tuple_is_data(patch: MutantPatch) -> None:
+    patch.setattr(evaluate_module, "STALE_TESTS", frozenset({"has_stale"}))

@@ -75,6 +75,7 @@ from .routing_checker_mutants import (
     replaced_init_followed_and_constants_unread,
     single_dispatch_is_a_plain_decorator,
     stale_row_tests_are_not_values,
+    stale_rows_tuple_is_data,
     star_args_get_no_input,
     stored_tests_keep_guarding,
     stored_values_stay_fresh,
@@ -413,3 +414,8 @@ def test_a_method_bound_by_hand_in_build_is_analysed():
 @pytest.mark.paid("RCK-51", before=module_level_class_patches_unseen)
 def test_a_class_patched_after_its_body_is_analysed():
     assert_zoo("methods bound or patched by hand", {"ignores"})
+
+
+@pytest.mark.paid("RCK-52", before=stale_rows_tuple_is_data)
+def test_an_empty_stale_rows_tuple_guards_host_reads():
+    assert_zoo("stale-rows tuple as a guard", {"honors", "ignores"})

@@ -135,6 +135,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.stored", "buffer_filled_in_place_with_device_ids"): ("honors", "buffers filled in place"),
     ("czoo.freshness", "device_tokens_or_none_by_a_switch"): ("ignores", "device tokens or None"),
     ("czoo.freshness", "device_tokens_kept_in_a_local"): ("honors", "device tokens or None"),
+    ("czoo.freshness", "empty_stale_rows_guard"): ("honors", "stale-rows tuple as a guard"),
+    ("czoo.freshness", "empty_stale_rows_guard_inverted"): ("ignores", "stale-rows tuple as a guard"),
     ("czoo.decorators", "wrapper_reads_host_ids"): ("ignores", "analysed decorators"),
     ("czoo.decorators", "wrapper_reads_metadata"): ("honors", "analysed decorators"),
     ("czoo.decorators", "decorator_swaps_in_a_host_forward"): ("ignores", "analysed decorators"),

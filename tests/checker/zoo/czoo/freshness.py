@@ -122,3 +122,16 @@ def device_tokens_kept_in_a_local(model: ServableLM, inp: ForwardInput) -> Tenso
     else:
         ids = tokens.ids
     return model.logits(model.embed(ids), inp)
+
+
+@entry_point
+def empty_stale_rows_guard(model: ServableLM, inp: ForwardInput) -> Tensor:
+    # no stale row: every host id is fresh; otherwise the device ids exist
+    ids = inp.host_tokens.ids if not inp.host_tokens.stale_rows else inp.device_tokens.ids
+    return model.logits(model.embed(ids), inp)
+
+
+@entry_point
+def empty_stale_rows_guard_inverted(model: ServableLM, inp: ForwardInput) -> Tensor:
+    ids = inp.host_tokens.ids if inp.host_tokens.stale_rows else inp.embedding_ids()
+    return model.logits(model.embed(ids), inp)
