@@ -117,7 +117,7 @@ class HostTokens:
         slots: ``[num_rows]`` integer CPU tensor, the persistent slot of each row.
     """
 
-    __slots__ = ("_forward", "_ids", "_query_start_loc", "_slots", "_stale", "_stale_positions")
+    __slots__ = ("_holders", "_ids", "_query_start_loc", "_slots", "_stale", "_stale_positions")
 
     def __init__(
         self,
@@ -147,9 +147,9 @@ class HostTokens:
                 f"HostTokens: query_start_loc must rise from 0 to num_tokens={ids.shape[0]}, got {qsl}."
             )
         self._ids = ids  # [num_tokens]
-        # The registered forward this was handed to (see handed_to): its raw buffer is refused
-        # from then on, in every thread — a context variable marks only the forward's own thread.
-        self._forward: str | None = None
+        # The registered forwards holding these tokens now (see held_by): while one does, the raw
+        # buffer is refused in every thread — a context variable marks only the forward's own.
+        self._holders: list[str] = []
         self._stale = stale  # [num_tokens] bool
         self._query_start_loc = qsl  # num_rows + 1 ints
         self._slots = slots.tolist()  # num_rows ints
@@ -214,18 +214,22 @@ class HostTokens:
         ``IndexError`` naming nothing.
         """
         if self._stale_positions:
-            forward = running_forward() or self._forward
+            forward = running_forward() or (self._holders[-1] if self._holders else None)
             if forward is not None:
                 self._raise_stale(list(self._stale_positions), f"placeholder_buffer() in forward {forward}")
         return self._ids
 
-    def handed_to(self, forward: str) -> None:
-        """Mark these tokens as handed to the registered forward ``forward`` (an entry point does
-        it for its input): from then on :meth:`placeholder_buffer` refuses the raw buffer of a
-        stale step in every thread — a thread pool or a ``threading.Thread`` the forward hands its
-        input to does not inherit the running-forward context variable. The combine step reads
-        the buffer before the forward runs."""
-        self._forward = forward
+    def hold(self, forward: str) -> None:
+        """The registered forward ``forward`` holds these tokens until :meth:`release` (an entry
+        point holds its input's for the call): meanwhile :meth:`placeholder_buffer` refuses the raw
+        buffer of a stale step in every thread — a thread pool or a ``threading.Thread`` the
+        forward hands its input to does not inherit the running-forward context variable. Before
+        and after (the combine step reads the buffer before the forward runs) it is readable."""
+        self._holders.append(forward)
+
+    def release(self, forward: str) -> None:
+        """End one :meth:`hold` of ``forward``."""
+        self._holders.remove(forward)
 
     def _raise_stale(self, positions: list[int], what: str) -> None:
         rows = _rows_of(positions, self._query_start_loc)

@@ -175,3 +175,26 @@ def test_mode_from_environment_and_bad_value_message():
     bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert bad.returncode != 0
     assert "TOKENSTATE_CHECKS='sometimes' is not a checks mode; valid values: off, boundary, full" in bad.stderr
+
+
+def test_the_raw_buffer_is_refused_in_every_thread_only_while_a_forward_holds_the_input():
+    import concurrent.futures
+
+    from tokenstate.contracts import StaleHostTokensError
+    from tokenstate.tools.demo import demo_step
+
+    inp, _ = demo_step()  # a stale step: row 1 is a decode row
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+
+    seen = []
+
+    @entry_point
+    def forward(model: object, inp: ForwardInput) -> Float[Tensor, "num_logits vocab"]:
+        seen.append(pool.submit(inp.host_tokens.placeholder_buffer).exception())  # off the forward's thread
+        return torch.zeros(inp.logits_indices.shape[0], 8)
+
+    forward(None, inp)
+    assert isinstance(seen[0], StaleHostTokensError)
+    raw = pool.submit(inp.host_tokens.placeholder_buffer).result()  # after the call: a combine may read it
+    assert raw.tolist() == inp.host_tokens.placeholder_buffer().tolist()
+    pool.shutdown()
