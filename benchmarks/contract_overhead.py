@@ -94,10 +94,11 @@ class _NoOpModel:
         self.logits_buffer = torch.zeros(num_logits, vocab_size)  # [num_logits, vocab]
 
 
-def value_checks_row(bare: Any, model: Any, inp: ForwardInput, repeats: int) -> dict[str, Any]:
-    """``(step + per-step value checks) / step``, paired per repetition (see the module docs)."""
+def value_checks_row(bare: Any, model: Any, inp: ForwardInput, host_ids: torch.Tensor, repeats: int) -> dict[str, Any]:
+    """``(step + per-step value checks) / step``, paired per repetition (see the module docs);
+    ``host_ids`` is the step's raw host buffer, read before any forward got the step."""
     ids, vocab = inp.device_tokens.ids, model.vocab_size  # type: ignore[union-attr]
-    host_ids, stale = inp.host_tokens.placeholder_buffer(), inp.host_tokens.stale.numpy()
+    stale = inp.host_tokens.stale.numpy()
 
     def checks() -> None:
         tokens_module._check_in_vocabulary(ids, vocab)
@@ -140,6 +141,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     model = factory.build_preset(PRESET)
     model.allocate_slots(NUM_ROWS)
     inp = decode_step_input(model.vocab_size)
+    host_ids = inp.host_tokens.placeholder_buffer()  # [num_tokens]: read as the combine step does, before any forward
     noop_model = _NoOpModel(model.vocab_size, NUM_ROWS)
     checked, bare = factory.forward, factory.forward.__wrapped__
     rows = []
@@ -177,7 +179,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                         bare_min_max_us=(round(step["bare"]["min"], 1), round(step["bare"]["max"], 1)),
                     )
                 )
-            rows.append(value_checks_row(bare, model, inp, 81 if quick else 401))
+            rows.append(value_checks_row(bare, model, inp, host_ids, 81 if quick else 401))
     finally:
         torch.set_num_threads(threads)
     return rows

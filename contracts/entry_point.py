@@ -162,17 +162,11 @@ class EntryPoint:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # The input's raw buffer is refused to the forward in its own thread (the context variable)
-        # and, while the forward holds the input, in every thread it hands work to.
-        held = [v.host_tokens for v in (*args, *kwargs.values()) if isinstance(v, ForwardInput)]
-        for host in held:
-            host.hold(self.name)
-        try:
-            with forward_running(self.name):
-                return self._call(args, kwargs)
-        finally:
-            for host in held:
-                host.release(self.name)
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, ForwardInput):  # its raw buffer is refused to every thread from now on
+                value.host_tokens._handed_to_forward(self.name)
+        with forward_running(self.name):  # HostTokens refuses its raw buffer to a running forward
+            return self._call(args, kwargs)
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         mode = get_checks_mode()

@@ -117,7 +117,7 @@ class HostTokens:
         slots: ``[num_rows]`` integer CPU tensor, the persistent slot of each row.
     """
 
-    __slots__ = ("_holders", "_ids", "_query_start_loc", "_slots", "_stale", "_stale_positions")
+    __slots__ = ("_forward", "_ids", "_query_start_loc", "_slots", "_stale", "_stale_positions")
 
     def __init__(
         self,
@@ -147,9 +147,10 @@ class HostTokens:
                 f"HostTokens: query_start_loc must rise from 0 to num_tokens={ids.shape[0]}, got {qsl}."
             )
         self._ids = ids  # [num_tokens]
-        # The registered forwards holding these tokens now (see held_by): while one does, the raw
-        # buffer is refused in every thread — a context variable marks only the forward's own.
-        self._holders: list[str] = []
+        # The registered forward these tokens were handed to (_handed_to_forward): from then on
+        # the raw buffer is refused in every thread — a context variable marks only the forward's
+        # own — and for good: a model may keep a step's tokens and read them in a later step.
+        self._forward: str | None = None
         self._stale = stale  # [num_tokens] bool
         self._query_start_loc = qsl  # num_rows + 1 ints
         self._slots = slots.tolist()  # num_rows ints
@@ -194,13 +195,16 @@ class HostTokens:
         return self._ids
 
     def row_ids(self, row: int) -> torch.Tensor:
-        """``[query_len]`` host ids of one row; fresh rows stay readable when others are stale."""
+        """``[query_len]`` host ids of one row; fresh rows stay readable when others are stale (as a
+        copy then, whose storage holds that row alone)."""
         if not 0 <= row < self.num_rows:
             raise ContractViolation(f"HostTokens.row_ids: row {row} is outside [0, {self.num_rows}).")
         start, end = self._query_start_loc[row], self._query_start_loc[row + 1]
         stale_here = [p for p in self._stale_positions if start <= p < end]
         if stale_here:
             self._raise_stale(stale_here, f"row_ids({row})")
+        if self._stale_positions:  # a copy: a view's storage would reach the other rows' placeholders
+            return self._ids[start:end].clone()
         return self._ids[start:end]
 
     def placeholder_buffer(self) -> torch.Tensor:
@@ -214,22 +218,20 @@ class HostTokens:
         ``IndexError`` naming nothing.
         """
         if self._stale_positions:
-            forward = running_forward() or (self._holders[-1] if self._holders else None)
+            forward = running_forward() or self._forward
             if forward is not None:
                 self._raise_stale(list(self._stale_positions), f"placeholder_buffer() in forward {forward}")
         return self._ids
 
-    def hold(self, forward: str) -> None:
-        """The registered forward ``forward`` holds these tokens until :meth:`release` (an entry
-        point holds its input's for the call): meanwhile :meth:`placeholder_buffer` refuses the raw
-        buffer of a stale step in every thread — a thread pool or a ``threading.Thread`` the
-        forward hands its input to does not inherit the running-forward context variable. Before
-        and after (the combine step reads the buffer before the forward runs) it is readable."""
-        self._holders.append(forward)
-
-    def release(self, forward: str) -> None:
-        """End one :meth:`hold` of ``forward``."""
-        self._holders.remove(forward)
+    def _handed_to_forward(self, forward: str) -> None:
+        """Mark these tokens as handed to the registered forward ``forward`` (an entry point marks
+        its input's): from then on :meth:`placeholder_buffer` refuses the raw buffer of a stale
+        step in every thread, for good — a thread pool or a ``threading.Thread`` does not inherit
+        the running-forward context variable, and a model may keep a step's tokens for a later
+        step. The combine step reads the buffer before the forward runs. One way: a later call
+        never clears the mark."""
+        if self._forward is None:
+            self._forward = forward
 
     def _raise_stale(self, positions: list[int], what: str) -> None:
         rows = _rows_of(positions, self._query_start_loc)

@@ -177,15 +177,15 @@ def test_mode_from_environment_and_bad_value_message():
     assert "TOKENSTATE_CHECKS='sometimes' is not a checks mode; valid values: off, boundary, full" in bad.stderr
 
 
-def test_the_raw_buffer_is_refused_in_every_thread_only_while_a_forward_holds_the_input():
+def test_once_a_forward_got_the_input_its_raw_buffer_is_refused_in_every_thread_for_good():
     import concurrent.futures
 
     from tokenstate.contracts import StaleHostTokensError
     from tokenstate.tools.demo import demo_step
 
     inp, _ = demo_step()  # a stale step: row 1 is a decode row
+    raw = inp.host_tokens.placeholder_buffer()  # before the forward: what a combine step reads
     pool = concurrent.futures.ThreadPoolExecutor(1)
-
     seen = []
 
     @entry_point
@@ -195,6 +195,10 @@ def test_the_raw_buffer_is_refused_in_every_thread_only_while_a_forward_holds_th
 
     forward(None, inp)
     assert isinstance(seen[0], StaleHostTokensError)
-    raw = pool.submit(inp.host_tokens.placeholder_buffer).result()  # after the call: a combine may read it
-    assert raw.tolist() == inp.host_tokens.placeholder_buffer().tolist()
+    with pytest.raises(StaleHostTokensError, match=r"placeholder_buffer\(\) in forward .*rows \[1\]"):
+        pool.submit(inp.host_tokens.placeholder_buffer).result()  # kept for a later step: still refused
+    inp.host_tokens._handed_to_forward(None)  # type: ignore[arg-type]  # one way: nothing clears it
+    with pytest.raises(StaleHostTokensError):
+        inp.host_tokens.placeholder_buffer()
+    assert raw[4] == -1
     pool.shutdown()

@@ -129,3 +129,14 @@ def test_device_tokens_on_the_cpu_refuse_ids_outside_the_vocabulary_in_every_mod
     with checks_mode(mode), pytest.raises(ContractViolation, match=r"ids must lie in \[0, 5\), got min .*positions"):
         DeviceTokens.from_combine(i32(ids), vocab_size=5)
     assert DeviceTokens.from_combine(i32([0, 4]), vocab_size=5).ids.tolist() == [0, 4]
+
+
+def test_a_fresh_rows_ids_do_not_expose_the_rest_of_the_buffer():
+    """``row_ids(r)`` of a fresh row on a stale step is legal; its storage must not reach the other
+    rows' placeholders (``as_strided`` or ``untyped_storage`` on a view would)."""
+    from tokenstate.tools.demo import demo_step
+
+    inp, _ = demo_step()  # row 0 a fresh prefill chunk, row 1 a stale decode row
+    row = inp.host_tokens.row_ids(0)
+    assert row.untyped_storage().nbytes() == row.numel() * row.element_size()
+    assert PLACEHOLDER not in row.as_strided((row.numel(),), (1,), 0).tolist()
