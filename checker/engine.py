@@ -29,6 +29,7 @@ from tokenstate.checker.resolve import ResolverMixin
 from tokenstate.checker.sources import ModuleInfo, SourceError, SourceTable
 from tokenstate.checker.values import (
     OPAQUE,
+    Alt,
     ClassInfo,
     ClassRef,
     Func,
@@ -39,6 +40,7 @@ from tokenstate.checker.values import (
     Seq,
     Unknown,
     Value,
+    carries_tokens,
     join,
 )
 
@@ -190,20 +192,30 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         runtime's ``@entry_point`` wraps exactly that), with the model and the step's input; a
         forward hook the model's construction registered counts as part of every call."""
         # the model is built, the decorators applied and what they return called where the def stands
-        def at_the_def() -> Frame:
-            return Frame(func.info, module, self.config.display(module.file), {}, {}, False, 0)
-
-        construction = at_the_def()
+        construction = Frame(func.info, module, self.config.display(module.file), {}, {}, False, 0)
         args = self.entry_arguments(target, func, construction)
         hooks = tuple(e for e in construction.events.values() if e.sink == FORWARD_HOOK)
-        frame, at = at_the_def(), ast.Pass(lineno=func.info.line)
+        summary = self.entry_call(func, module, args)
+        # The next step: what this one kept on the model (``self.previous = inp.host_tokens``) is
+        # there when the forward runs again, so a second call sees it (only where it carries ids).
+        kept = {info: dict(writes) for info, writes in summary.obj_writes}
+        if any(carries_tokens(v) for writes in kept.values() for v in writes.values()):
+            later = self.entry_call(func, module, tuple(_with_kept_state(a, kept) for a in args))
+            seen = set(summary.events)
+            summary = dataclasses.replace(summary, events=(*summary.events, *(e for e in later.events if e not in seen)))
+        return dataclasses.replace(summary, events=(*hooks, *summary.events))
+
+    def entry_call(self, func: Func, module: ModuleInfo, args: tuple[Value, ...]) -> Summary:
+        """One call of the registered forward with ``args``, through what its analysed decorators
+        return (the runtime's ``@entry_point`` wraps exactly that)."""
+        frame, at = Frame(func.info, module, self.config.display(module.file), {}, {}, False, 0), ast.Pass(lineno=func.info.line)
         entry = self.decorated(frame, func, at)
         if entry == func:
-            summary = self.analyse(func, args, (), {}, False, 0)
-        else:
-            self.call(frame, entry, args, (), at)
-            summary = Summary(OPAQUE, tuple(frame.events.values()), (), (), None, None)
-        return dataclasses.replace(summary, events=(*hooks, *summary.events))
+            return self.analyse(func, args, (), {}, False, 0)
+        self.call(frame, entry, args, (), at)
+        return Summary(OPAQUE, tuple(frame.events.values()), (), (), None, None, tuple(
+            (info, tuple(writes.items())) for info, writes in frame.obj_writes.items()
+        ))
 
     def find_function(self, target: EntryTarget) -> Func | Unknown:
         head, *rest = target.qualname.split(".")
@@ -283,6 +295,24 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
             elif isinstance(part, Unknown):
                 routes.append(Route("unknown", event.hops, event.sink, _describe_unknown(part)))
         return routes
+
+
+def _with_kept_state(value: Value, kept: dict[ClassInfo, dict[str, Value]], depth: int = 0) -> Value:
+    """``value`` with what a call assigned on instances of each class (``kept``) joined into the
+    fields of those instances, down its sub-modules and containers."""
+    if depth > 8:
+        return value
+    if isinstance(value, Instance):
+        fields = {name: _with_kept_state(v, kept, depth + 1) for name, v in value.fields}
+        for name, written in kept.get(value.info, {}).items():
+            fields[name] = join(fields.get(name), written)
+        return Instance(value.info, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
+    if isinstance(value, Seq):
+        items = None if value.items is None else tuple(_with_kept_state(v, kept, depth + 1) for v in value.items)
+        return Seq(items, _with_kept_state(value.elem, kept, depth + 1), value.pipeline)
+    if isinstance(value, Alt):
+        return join(*(_with_kept_state(o, kept, depth + 1) for o in value.options))
+    return value
 
 
 def _names_forward_input(annotation: ast.expr | None) -> bool:

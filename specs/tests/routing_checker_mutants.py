@@ -777,3 +777,15 @@ def module_level_class_patches_unseen(patch: MutantPatch) -> None:
 )
 def stale_rows_tuple_is_data(patch: MutantPatch) -> None:
     patch.setattr(evaluate_module, "STALE_TESTS", frozenset({"has_stale"}))
+
+
+@mutant(
+    "RCK-53/state-kept-for-the-next-step-unseen",
+    doc="Each forward call is analysed with the model as constructed: host tokens or the whole input "
+    "kept on the model in one step (`model.previous = inp.host_tokens`) and read in the next are "
+    "never seen.",
+)
+def state_kept_for_the_next_step_unseen(patch: MutantPatch) -> None:
+    import tokenstate.checker.engine as engine_module
+
+    patch.setattr(engine_module, "_with_kept_state", lambda value, kept, depth=0: value)

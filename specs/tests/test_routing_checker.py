@@ -77,6 +77,7 @@ from .routing_checker_mutants import (
     stale_row_tests_are_not_values,
     stale_rows_tuple_is_data,
     star_args_get_no_input,
+    state_kept_for_the_next_step_unseen,
     stored_tests_keep_guarding,
     stored_values_stay_fresh,
     to_device_loses_the_class,
@@ -419,3 +420,8 @@ def test_a_class_patched_after_its_body_is_analysed():
 @pytest.mark.paid("RCK-52", before=stale_rows_tuple_is_data)
 def test_an_empty_stale_rows_tuple_guards_host_reads():
     assert_zoo("stale-rows tuple as a guard", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-53", before=state_kept_for_the_next_step_unseen)
+def test_tokens_kept_on_the_model_for_the_next_step_are_read_there():
+    assert_zoo("state kept for the next step", {"honors", "ignores"})

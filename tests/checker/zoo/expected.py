@@ -189,6 +189,9 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.handoffs", "pre_hook_reads_the_input_from_its_args"): ("unknown", "class decorators and forward hooks"),
     ("czoo.handoffs", "method_bound_by_hand_in_build"): ("ignores", "methods bound or patched by hand"),
     ("czoo.handoffs", "class_patched_after_its_body"): ("ignores", "methods bound or patched by hand"),
+    ("czoo.handoffs", "host_tokens_kept_for_the_next_step"): ("ignores", "state kept for the next step"),
+    ("czoo.handoffs", "input_kept_for_the_next_step"): ("ignores", "state kept for the next step"),
+    ("czoo.handoffs", "device_ids_kept_for_the_next_step"): ("honors", "state kept for the next step"),
 }
 
 # The forwards whose model class comes from their factory's build function.

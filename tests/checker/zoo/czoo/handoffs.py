@@ -96,3 +96,46 @@ def class_patched_after_its_body(model: PatchedAfterItsBodyLM, inp: ForwardInput
 
 
 __all__ = ["build_servable"]
+
+
+# -- state kept on the model from one step to the next ---------------------------------------------
+
+
+class KeepsTheStepLM(ServableLM):
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.previous_tokens = None  # the host tokens of the step before
+        self.previous_input = None
+
+    def previous_ids(self):
+        return None if self.previous_tokens is None else self.previous_tokens.ids
+
+
+@entry_point
+def host_tokens_kept_for_the_next_step(model: KeepsTheStepLM, inp: ForwardInput) -> Tensor:
+    previous = model.previous_ids()  # last step's host ids: stale wherever its rows were
+    model.previous_tokens = inp.host_tokens
+    hidden = model.embed(inp.embedding_ids())
+    if previous is not None:
+        hidden = hidden + 0.0 * model.embed(previous[:1])
+    return model.logits(hidden, inp)
+
+
+@entry_point
+def input_kept_for_the_next_step(model: KeepsTheStepLM, inp: ForwardInput) -> Tensor:
+    previous = model.previous_input
+    model.previous_input = inp
+    hidden = model.embed(inp.embedding_ids())
+    if previous is not None:
+        hidden = hidden + 0.0 * model.embed(previous.host_tokens.ids[:1])
+    return model.logits(hidden, inp)
+
+
+@entry_point
+def device_ids_kept_for_the_next_step(model: KeepsTheStepLM, inp: ForwardInput) -> Tensor:
+    previous = model.previous_input  # here: last step's device-or-fresh ids
+    model.previous_input = inp.embedding_ids()
+    hidden = model.embed(inp.embedding_ids())
+    if previous is not None:
+        hidden = hidden + 0.0 * model.embed(previous[:1])
+    return model.logits(hidden, inp)
