@@ -46,6 +46,7 @@ _PLAIN_BUILTINS = frozenset(
 )
 _SEQ_BUILTINS = frozenset("list tuple reversed sorted iter set frozenset filter".split())
 _COPIES = frozenset({"copy.deepcopy", "copy.copy"})
+_TEXT_RUNNERS = frozenset({"builtins.eval", "builtins.exec"})
 HIDDEN = "runs it out of the checker's sight"
 ALTERNATE_CONSTRUCTORS = frozenset({"from_pretrained", "from_config"})
 """Class methods of external classes that return an instance of the class."""
@@ -284,6 +285,11 @@ class ExternalMixin:
         first = args[0] if args else OPAQUE
         if dotted == "functools.partial" and args:
             return Partial(args[0], args[1:], kwargs)
+        if dotted in _TEXT_RUNNERS:  # eval("inp.host_tokens.ids"): text run with the caller's locals
+            text = self.unknown(frame, f"{name}() runs code given as text, which the checker does not read", node)
+            if any(carries_tokens(v) for v in (*frame.env.values(), *args)) or self.scope_carries_tokens(frame):
+                self.unresolved(frame, text, node)
+            return text
         if dotted.startswith("builtins."):
             if name in _PLAIN_BUILTINS:
                 return OPAQUE

@@ -789,3 +789,12 @@ def state_kept_for_the_next_step_unseen(patch: MutantPatch) -> None:
     import tokenstate.checker.engine as engine_module
 
     patch.setattr(engine_module, "_with_kept_state", lambda value, kept, depth=0: value)
+
+
+@mutant(
+    "RCK-54/code-given-as-text-is-data",
+    doc="`eval`/`exec` are plain builtins: `eval(\"inp.host_tokens.ids\")` reads nothing, so the "
+    "forward is `inert`.",
+)
+def code_given_as_text_is_data(patch: MutantPatch) -> None:
+    patch.setattr(externals_module, "_TEXT_RUNNERS", frozenset())

@@ -37,6 +37,7 @@ from .routing_checker_mutants import (
     build_assignments_and_method_type_unseen,
     class_decorators_and_hooks_unseen,
     class_patching_by_direct_assignment_only,
+    code_given_as_text_is_data,
     code_handed_out_reaches_nothing,
     compiled_code_followed_as_plain,
     concatenated_lists_lose_their_elements,
@@ -425,3 +426,8 @@ def test_an_empty_stale_rows_tuple_guards_host_reads():
 @pytest.mark.paid("RCK-53", before=state_kept_for_the_next_step_unseen)
 def test_tokens_kept_on_the_model_for_the_next_step_are_read_there():
     assert_zoo("state kept for the next step", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-54", before=code_given_as_text_is_data)
+def test_code_given_as_text_where_the_locals_hold_the_input_is_unknown():
+    assert_zoo("code given as text", {"unknown"})

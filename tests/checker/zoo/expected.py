@@ -192,6 +192,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.handoffs", "host_tokens_kept_for_the_next_step"): ("ignores", "state kept for the next step"),
     ("czoo.handoffs", "input_kept_for_the_next_step"): ("ignores", "state kept for the next step"),
     ("czoo.handoffs", "device_ids_kept_for_the_next_step"): ("honors", "state kept for the next step"),
+    ("czoo.handoffs", "eval_reads_the_input_from_the_locals"): ("unknown", "code given as text"),
 }
 
 # The forwards whose model class comes from their factory's build function.

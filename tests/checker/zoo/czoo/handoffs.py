@@ -139,3 +139,12 @@ def device_ids_kept_for_the_next_step(model: KeepsTheStepLM, inp: ForwardInput) 
     if previous is not None:
         hidden = hidden + 0.0 * model.embed(previous[:1])
     return model.logits(hidden, inp)
+
+
+# -- code given as text ----------------------------------------------------------------------------
+
+
+@entry_point
+def eval_reads_the_input_from_the_locals(model: ServableLM, inp: ForwardInput) -> Tensor:
+    ids = eval("inp.host_tokens.ids")  # the text reads the caller's locals
+    return model.logits(model.embed(ids), inp)
