@@ -381,6 +381,11 @@ class CallMixin:
                 return Seq(None, Seq((OPAQUE, base.values), base.values))
             return Seq(None, base.values)
         if isinstance(base, Seq):
+            if name in GENERATOR_INPUTS and any(carries_tokens(v, ids=False) for v in (*args, *(v for _, v in kwargs))):
+                # into a generator: what its body does with what it receives is not followed
+                sent = self.unknown(frame, f"sends the forward input into a generator ({name}()), which the checker does not follow", node)
+                self.unresolved(frame, sent, node)
+                return sent
             return element_of(base) if name == "pop" else OPAQUE
         gather = dict(self.config.gather_methods).get(name)
         if gather is not None and not isinstance(base, Ids):
@@ -473,6 +478,8 @@ class CallMixin:
             ]
             fields = dict(zip(names, args, strict=False))
             fields.update((k, v) for k, v in kwargs if k in names)
+        elif args and any(isinstance(k, External) and k.dotted.startswith("builtins.") for k in self.mro(cls)):
+            fields = {"args": Seq(args, join(*args))}  # class Carry(Exception): BaseException keeps .args
         return Instance(cls, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
 
     def may_swallow(self: Analyzer, manager: Value) -> bool:
@@ -623,6 +630,10 @@ def _literal_items(expr: ast.expr, func: ast.AST) -> list[object] | None:
     if isinstance(expr, ast.List | ast.Tuple) and all(isinstance(e, ast.Constant) for e in expr.elts):
         return [e.value for e in expr.elts]  # type: ignore[attr-defined]
     return None
+
+
+GENERATOR_INPUTS = frozenset({"send", "throw"})
+"""Generator methods that hand a value into the generator's body (not followed from there)."""
 
 
 def hook_arguments(arity: int) -> tuple[Value, ...]:

@@ -54,7 +54,7 @@ class StmtMixin:
             return True
         if isinstance(stmt, ast.Raise):
             if stmt.exc is not None:
-                self.eval(frame, stmt.exc)
+                frame.raised.append(self.eval(frame, stmt.exc))
             return True
         if isinstance(stmt, ast.Break | ast.Continue) and frame.loop_exits:
             # Nothing after it in this block runs (so `if device ids: ...; continue` guards the
@@ -266,6 +266,7 @@ class StmtMixin:
         the facts that held when the ``try`` was entered. What follows has the facts of every path
         that falls through (the body and its ``else``, and each handler)."""
         base, start = frame.snapshot(), (frame.fresh, frame.narrow)
+        raised_before = len(frame.raised)
         states: list[tuple[dict[str, Value], ...]] = []
         outcomes: list[tuple[bool, dict[str, Value]]] = []
         if not self.exec_block(frame, stmt.body):
@@ -278,8 +279,8 @@ class StmtMixin:
         for handler in stmt.handlers:
             frame.merge([base, body_state, *states])
             frame.fresh, frame.narrow = start
-            if handler.name:
-                frame.env[handler.name] = OPAQUE
+            if handler.name:  # what the body raised itself (an exception carrying the tokens...)
+                frame.env[handler.name] = join(OPAQUE, *frame.raised[raised_before:])
             if not self.exec_block(frame, handler.body):
                 states.append(frame.snapshot())
                 outcomes.append((frame.fresh, frame.narrow))

@@ -64,6 +64,7 @@ class Frame:
     writes: dict[str, Value] = field(default_factory=dict)
     self_writes: dict[str, Value] = field(default_factory=dict)
     returns: list[Value] = field(default_factory=list)
+    raised: list[Value] = field(default_factory=list)  # what its ``raise`` statements raised, in order
     yield_writes: dict[str, Value] | None = None
     yield_value: Value | None = None
     # flow-insensitive: attributes assigned on other instances, joined per class (sound, coarser)

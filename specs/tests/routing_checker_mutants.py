@@ -798,3 +798,30 @@ def state_kept_for_the_next_step_unseen(patch: MutantPatch) -> None:
 )
 def code_given_as_text_is_data(patch: MutantPatch) -> None:
     patch.setattr(externals_module, "_TEXT_RUNNERS", frozenset())
+
+
+@mutant(
+    "RCK-55/raised-tokens-dropped",
+    doc="An `except ... as e` handler binds plain data, whatever the `try` body raised: "
+    "`raise Carry(inp.host_tokens)` then `e.args[0].ids` reads nothing (the forward is `inert`).",
+)
+def raised_tokens_dropped(patch: MutantPatch) -> None:
+    original = Analyzer.exec_stmt
+
+    def exec_stmt(self, frame, stmt):  # type: ignore[no-untyped-def]
+        if isinstance(stmt, ast.Raise):
+            if stmt.exc is not None:
+                self.eval(frame, stmt.exc)
+            return True
+        return original(self, frame, stmt)
+
+    patch.setattr(Analyzer, "exec_stmt", exec_stmt)
+
+
+@mutant(
+    "RCK-56/tokens-sent-into-generators-dropped",
+    doc="`gen.send(inp.host_tokens)` is a method of plain data: what the generator does with the "
+    "tokens is never reported (the forward is `inert`).",
+)
+def tokens_sent_into_generators_dropped(patch: MutantPatch) -> None:
+    patch.setattr(calls_module, "GENERATOR_INPUTS", frozenset())

@@ -72,6 +72,7 @@ from .routing_checker_mutants import (
     only_embedding_sinks_count,
     only_is_none_guards,
     only_suppress_swallows,
+    raised_tokens_dropped,
     registries_indexed_as_data,
     replaced_init_followed_and_constants_unread,
     single_dispatch_is_a_plain_decorator,
@@ -82,6 +83,7 @@ from .routing_checker_mutants import (
     stored_tests_keep_guarding,
     stored_values_stay_fresh,
     to_device_loses_the_class,
+    tokens_sent_into_generators_dropped,
 )
 from .routing_checker_runtime import run_async, watch_placeholder_reads, zoo_on_path
 
@@ -431,3 +433,13 @@ def test_tokens_kept_on_the_model_for_the_next_step_are_read_there():
 @pytest.mark.paid("RCK-54", before=code_given_as_text_is_data)
 def test_code_given_as_text_where_the_locals_hold_the_input_is_unknown():
     assert_zoo("code given as text", {"unknown"})
+
+
+@pytest.mark.paid("RCK-55", before=raised_tokens_dropped)
+def test_tokens_carried_by_an_exception_are_read_in_its_handler():
+    assert_zoo("tokens raised or sent", {"ignores", "unknown"})
+
+
+@pytest.mark.paid("RCK-56", before=tokens_sent_into_generators_dropped)
+def test_tokens_sent_into_a_generator_are_unknown():
+    assert_zoo("tokens raised or sent", {"ignores", "unknown"})

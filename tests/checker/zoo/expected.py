@@ -193,6 +193,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.handoffs", "input_kept_for_the_next_step"): ("ignores", "state kept for the next step"),
     ("czoo.handoffs", "device_ids_kept_for_the_next_step"): ("honors", "state kept for the next step"),
     ("czoo.handoffs", "eval_reads_the_input_from_the_locals"): ("unknown", "code given as text"),
+    ("czoo.handoffs", "exception_carries_the_host_tokens"): ("ignores", "tokens raised or sent"),
+    ("czoo.handoffs", "host_tokens_sent_into_a_generator"): ("unknown", "tokens raised or sent"),
 }
 
 # The forwards whose model class comes from their factory's build function.

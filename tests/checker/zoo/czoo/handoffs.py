@@ -148,3 +148,35 @@ def device_ids_kept_for_the_next_step(model: KeepsTheStepLM, inp: ForwardInput) 
 def eval_reads_the_input_from_the_locals(model: ServableLM, inp: ForwardInput) -> Tensor:
     ids = eval("inp.host_tokens.ids")  # the text reads the caller's locals
     return model.logits(model.embed(ids), inp)
+
+
+# -- tokens handed over by raising or sending them --------------------------------------------------
+
+
+class CarriesTheTokens(Exception):
+    pass
+
+
+@entry_point
+def exception_carries_the_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    try:
+        raise CarriesTheTokens(inp.host_tokens)
+    except CarriesTheTokens as carried:
+        ids = carried.args[0].ids
+    return model.logits(model.embed(ids), inp)
+
+
+def _token_reader():
+    tokens = yield None
+    while True:
+        tokens = yield tokens.ids
+
+
+_READER = _token_reader()
+next(_READER)
+
+
+@entry_point
+def host_tokens_sent_into_a_generator(model: ServableLM, inp: ForwardInput) -> Tensor:
+    ids = _READER.send(inp.host_tokens)
+    return model.logits(model.embed(ids), inp)
