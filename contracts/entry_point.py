@@ -121,6 +121,11 @@ class EntryPoint:
             raise ContractDefinitionError(
                 f"entry_point: expected a plain forward function, got {fn!r}."
             )
+        if not (inspect.isfunction(fn) or inspect.ismethod(fn)):  # its name and annotations are checked
+            raise ContractDefinitionError(
+                f"entry_point wraps a def (a function or a method); got a {type(fn).__name__} object: "
+                "write a def that calls it and decorate that."
+            )
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
         self.name: str = name or f"{fn.__module__}.{fn.__qualname__}"

@@ -15,7 +15,14 @@ import inspect
 import sys
 from collections.abc import Sequence
 
-from tokenstate.checker import CheckerConfig, CheckReport, EntryTarget, check_entry_points
+from tokenstate.checker import (
+    CheckerConfig,
+    CheckReport,
+    EntryResult,
+    EntryTarget,
+    Verdict,
+    check_entry_points,
+)
 from tokenstate.contracts import ConfigError, ContractDefinitionError, get_checks_mode
 from tokenstate.runtime.cli_support import factories_in, factory_of_model, import_modules
 from tokenstate.runtime.registry import ModelFactory
@@ -30,6 +37,12 @@ def _location(fn: object) -> tuple[str, str] | None:
     if not inspect.isfunction(fn) or not module or not qualname or "<locals>" in qualname:
         return None
     return module, qualname
+
+
+def _source_of(fn: object) -> tuple[str, int]:
+    """Where ``fn``'s code stands (a bound method's function's), for a report; ``("?", 0)`` if nowhere."""
+    code = getattr(getattr(inspect.unwrap(fn), "__func__", fn), "__code__", None)  # type: ignore[arg-type]
+    return (code.co_filename, code.co_firstlineno) if code is not None else ("?", 0)
 
 
 def target_of(factory: ModelFactory) -> EntryTarget:
@@ -64,7 +77,19 @@ def check_registry(
     """
     import_modules(modules)
     chosen = factories_in(modules) if selected is None else list(selected)
-    return check_entry_points([target_of(f) for f in chosen], config)
+    located: dict[str, EntryTarget] = {}
+    unlocated: dict[str, EntryResult] = {}  # reported in its place; the other models still checked
+    for factory in chosen:
+        try:
+            located[factory.name] = target_of(factory)
+        except ContractDefinitionError as exc:
+            file, line = _source_of(factory.forward.__wrapped__)
+            unlocated[factory.name] = EntryResult(
+                factory.name, repr(factory.forward), file, line, factory.honors_device_token_ids, Verdict.UNKNOWN,
+                error=str(exc),
+            )
+    checked = check_entry_points(list(located.values()), config).by_entry()
+    return CheckReport([unlocated.get(f.name) or checked[f.name] for f in chosen])
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:

@@ -202,3 +202,18 @@ def test_once_a_forward_got_the_input_its_raw_buffer_is_refused_in_every_thread_
         inp.host_tokens.placeholder_buffer()
     assert raw[4] == -1
     pool.shutdown()
+
+
+@pytest.mark.parametrize("kind", ["partial", "callable instance"])
+def test_a_forward_that_is_not_a_def_is_refused_by_name(kind):
+    import functools
+
+    from tokenstate.contracts import ContractDefinitionError
+
+    class Forward:
+        def __call__(self, model: object, inp: ForwardInput) -> Tensor: ...
+
+    fn = functools.partial(lambda model, inp, scale: None, scale=2) if kind == "partial" else Forward()
+    with pytest.raises(ContractDefinitionError, match=r"entry_point wraps a def .*; got a (partial|Forward) "
+                       r"object: write a def that calls it and decorate that"):
+        entry_point(fn)

@@ -107,3 +107,21 @@ def test_cli_errors_are_one_line_with_exit_code_2(capsys: pytest.CaptureFixture[
     assert "no module named 'no_such_package_for_tokenstate_check' in the current directory" in err
     assert "Traceback" not in err
     assert main_check(["--bogus"]) == 2
+
+
+class _Runner:
+    def forward(self, model: object, inp: object) -> object: ...
+
+
+def test_a_forward_the_checker_cannot_locate_is_reported_and_the_others_still_checked(toy_factories):
+    """One factory whose forward is a bound method must not end the run for every other model."""
+    import dataclasses
+
+    from tokenstate.contracts import entry_point
+
+    bound = dataclasses.replace(toy_factory("CheckBoundMethod"), forward=entry_point(_Runner().forward))
+    report = check_registry(selected=[bound, toy_factories["CheckToyDevice"]])
+    unlocated, checked = report.results
+    assert unlocated.entry == "CheckBoundMethod" and unlocated.verdict is Verdict.UNKNOWN
+    assert "is not a module-level function" in unlocated.finding
+    assert checked.entry == "CheckToyDevice" and checked.verdict is Verdict.HONORS
