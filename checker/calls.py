@@ -15,6 +15,7 @@ from tokenstate.checker.frame import Event, Frame, Summary
 from tokenstate.checker.resolve import decorator_names
 from tokenstate.checker.values import (
     NO_KEY,
+    NONE_WITHOUT_DEVICE_IDS,
     OPAQUE,
     RETURNS_SELF,
     Alt,
@@ -260,6 +261,9 @@ class CallMixin:
         names = self.constant_names(frame, name_expr)
         if names is None:
             return self.unknown(frame, "getattr() with a computed name (dynamic dispatch)", node)
+        if base == Tokens("device") and names == ("ids",) and default and default[0] == OPAQUE:
+            # getattr(inp.device_tokens, "ids", None): the default exactly when there are no device ids
+            return join(self.attribute(frame, base, "ids", node), NONE_WITHOUT_DEVICE_IDS)
         found = [self.attribute(frame, base, name, node) for name in names]
         return join(*(join(f, default[0]) if default and isinstance(f, Unknown) else f for f in found))
 

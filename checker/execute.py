@@ -276,9 +276,12 @@ class StmtMixin:
                 outcomes.append((frame.fresh, frame.narrow))
         else:
             body_state = frame.snapshot()
+        no_device_ids = self.raises_only_without_device_ids(frame, stmt.body)
         for handler in stmt.handlers:
             frame.merge([base, body_state, *states])
             frame.fresh, frame.narrow = start
+            if no_device_ids and _catches(handler, EAFP_ERRORS):  # try: inp.device_tokens.ids / except AttributeError
+                frame.fresh = True
             if handler.name:  # what the body raised itself (an exception carrying the tokens...)
                 frame.env[handler.name] = join(OPAQUE, *frame.raised[raised_before:])
             if not self.exec_block(frame, handler.body):
@@ -287,6 +290,18 @@ class StmtMixin:
         frame.merge(states or [base])
         frame.fresh, frame.narrow = meet(outcomes) if outcomes else start
         return self.exec_block(frame, stmt.finalbody) or not outcomes
+
+    def raises_only_without_device_ids(self: Analyzer, frame: Frame, body: list[ast.stmt]) -> bool:
+        """Whether ``body`` is one read of the device ids (``ids = inp.device_tokens.ids``), which
+        raises — ``AttributeError`` on ``None`` — exactly when the step has no device ids."""
+        if len(body) != 1 or not isinstance(body[0], ast.Assign | ast.AnnAssign):
+            return False
+        value = body[0].value
+        return (
+            isinstance(value, ast.Attribute) and value.attr == "ids"
+            and self.eval(frame, value.value) == Tokens("device")
+            and all(isinstance(t, ast.Name) for t in getattr(body[0], "targets", [getattr(body[0], "target", None)]))
+        )
 
     def assign(self: Analyzer, frame: Frame, target: ast.expr, value: Value) -> None:
         if isinstance(target, ast.Name):
@@ -406,3 +421,15 @@ def _irrefutable(pattern: ast.pattern) -> bool:
     if isinstance(pattern, ast.MatchOr):
         return any(_irrefutable(p) for p in pattern.patterns)
     return False
+
+
+EAFP_ERRORS = frozenset({"AttributeError", "Exception", "BaseException"})
+"""Handlers that catch what ``None.ids`` raises (a bare ``except:`` does too)."""
+
+
+def _catches(handler: ast.ExceptHandler, names: frozenset[str]) -> bool:
+    """Whether ``handler`` catches one of the builtin exceptions ``names`` (bare, a name, a tuple)."""
+    if handler.type is None:
+        return True
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(k, ast.Name) and k.id in names for k in kinds)

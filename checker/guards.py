@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from tokenstate.checker.frame import Frame
 from tokenstate.checker.values import (
+    NONE_WITHOUT_DEVICE_IDS,
     Alt,
     ClassRef,
     External,
@@ -80,7 +81,8 @@ class GuardMixin:
         return facts_of_value(self.eval(frame, test))
 
     def none_compare_facts(self: Analyzer, frame: Frame, test: ast.Compare) -> tuple[Facts, Facts]:
-        if self.eval(frame, test.left) == Tokens("device"):
+        left = self.eval(frame, test.left)
+        if left == Tokens("device") or NONE_WITHOUT_DEVICE_IDS in getattr(left, "options", (left,)):
             is_none = isinstance(test.ops[0], ast.Is | ast.Eq)
             return Facts(is_none, {}), Facts(not is_none, {})
         return _NOTHING, _NOTHING

@@ -75,6 +75,16 @@ OPAQUE = Opaque()
 
 
 @dataclass(frozen=True, slots=True)
+class NoneWithoutDeviceIds(Value):
+    """``None`` exactly when the step has no device ids: the default of
+    ``getattr(inp.device_tokens, "ids", None)``, so ``is None`` on it guards like
+    ``inp.device_tokens is None``. Otherwise plain data."""
+
+
+NONE_WITHOUT_DEVICE_IDS = NoneWithoutDeviceIds()
+
+
+@dataclass(frozen=True, slots=True)
 class Unknown(Value):
     """A value the analysis could not resolve; reaching a sink or a call with token ids, it is reported."""
 

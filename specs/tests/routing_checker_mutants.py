@@ -825,3 +825,16 @@ def raised_tokens_dropped(patch: MutantPatch) -> None:
 )
 def tokens_sent_into_generators_dropped(patch: MutantPatch) -> None:
     patch.setattr(calls_module, "GENERATOR_INPUTS", frozenset())
+
+
+@mutant(
+    "RCK-57/eafp-and-getattr-defaults-guard-nothing",
+    doc="`try: ids = inp.device_tokens.ids` / `except AttributeError:` and `getattr(inp.device_tokens, "
+    "\"ids\", None) is None` guard nothing: the host read that runs exactly when there are no device "
+    "ids is a finding.",
+)
+def eafp_and_getattr_defaults_guard_nothing(patch: MutantPatch) -> None:
+    import tokenstate.checker.guards as guards_module
+
+    patch.setattr(Analyzer, "raises_only_without_device_ids", lambda self, frame, body: False)
+    patch.setattr(guards_module, "NONE_WITHOUT_DEVICE_IDS", object())

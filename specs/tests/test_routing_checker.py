@@ -48,6 +48,7 @@ from .routing_checker_mutants import (
     device_ids_checked_in_full_mode_only,
     device_logits_indices_shape_only,
     dict_lookup_joins_every_value,
+    eafp_and_getattr_defaults_guard_nothing,
     every_forward_hook_is_unknown,
     external_base_answers_every_member,
     external_methods_take_the_input_as_data,
@@ -443,3 +444,8 @@ def test_tokens_carried_by_an_exception_are_read_in_its_handler():
 @pytest.mark.paid("RCK-56", before=tokens_sent_into_generators_dropped)
 def test_tokens_sent_into_a_generator_are_unknown():
     assert_zoo("tokens raised or sent", {"ignores", "unknown"})
+
+
+@pytest.mark.paid("RCK-57", before=eafp_and_getattr_defaults_guard_nothing)
+def test_eafp_and_getattr_defaults_on_the_device_tokens_guard_host_reads():
+    assert_zoo("EAFP and getattr defaults on the device tokens", {"honors", "ignores"})

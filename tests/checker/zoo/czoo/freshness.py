@@ -135,3 +135,38 @@ def empty_stale_rows_guard(model: ServableLM, inp: ForwardInput) -> Tensor:
 def empty_stale_rows_guard_inverted(model: ServableLM, inp: ForwardInput) -> Tensor:
     ids = inp.host_tokens.ids if inp.host_tokens.stale_rows else inp.embedding_ids()
     return model.logits(model.embed(ids), inp)
+
+
+@entry_point
+def attribute_error_when_no_device_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
+    try:  # EAFP: None.ids raises AttributeError exactly when there are no device ids
+        ids = inp.device_tokens.ids
+    except AttributeError:
+        ids = inp.host_tokens.ids
+    return model.logits(model.embed(ids), inp)
+
+
+@entry_point
+def attribute_error_from_more_than_the_device_read(model: ServableLM, inp: ForwardInput) -> Tensor:
+    try:
+        ids = inp.device_tokens.ids
+        model.helper_that_may_not_exist()  # another AttributeError: raised with device ids present
+    except AttributeError:
+        ids = inp.host_tokens.ids
+    return model.logits(model.embed(ids), inp)
+
+
+@entry_point
+def getattr_device_ids_or_none(model: ServableLM, inp: ForwardInput) -> Tensor:
+    ids = getattr(inp.device_tokens, "ids", None)  # None exactly when there are no device ids
+    if ids is None:
+        ids = inp.host_tokens.ids
+    return model.logits(model.embed(ids), inp)
+
+
+@entry_point
+def getattr_device_ids_or_none_inverted(model: ServableLM, inp: ForwardInput) -> Tensor:
+    ids = getattr(inp.device_tokens, "ids", None)
+    if ids is not None:
+        ids = inp.host_tokens.ids
+    return model.logits(model.embed(ids if ids is not None else inp.embedding_ids()), inp)
