@@ -168,6 +168,8 @@ def execution_device(device: torch.device | str) -> torch.device:
         )
     if dev.type not in ("cpu", "cuda"):
         raise ConfigError(f"LLM: device={device!r} is not supported; use 'cpu' or 'cuda'.")
+    if dev.type == "cpu" and dev.index not in (None, 0):  # torch would run it on the one CPU device
+        raise ConfigError(f"LLM: device={device!r}: a CPU has no device index; use device='cpu'.")
     return dev
 
 

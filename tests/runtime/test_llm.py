@@ -293,6 +293,13 @@ def test_cuda_without_cuda_is_a_clear_error():
         LLM(toy_factory(), device="cuda")
 
 
+def test_a_cpu_device_index_is_refused_not_ignored():
+    """torch runs every CPU tensor on the same device: an index would be silently meaningless."""
+    assert LLM(toy_factory(), device="cpu:0").generate([[1, 2]], SamplingParams(max_tokens=1))
+    with pytest.raises(ConfigError, match=r"device='cpu:5': a CPU has no device index; use device='cpu'"):
+        LLM(toy_factory(), device="cpu:5")
+
+
 @pytest.mark.parametrize(
     ("async_scheduling", "honors"), [(True, True), (True, False), (False, True)]
 )
