@@ -45,7 +45,6 @@ _APPLIED_BY_HF: dict[str, tuple[object, str | None]] = {
 # applied by HF only with do_sample=true
 _SAMPLING: dict[str, tuple[object, str | None]] = {
     "temperature": (1.0, "temperature"),
-    "top_k": (50, "top_k"),
     "top_p": (1.0, "top_p"),
     "min_p": (None, None),
     "typical_p": (1.0, None),
@@ -79,13 +78,15 @@ def warn_on_generation_settings(directory: Path, model_eos: tuple[int, ...]) -> 
         return
     source, fields = found
     applied = _set(fields, _APPLIED_BY_HF)
-    if fields.get("do_sample") is True:
-        applied += _set(fields, _SAMPLING) or [("do_sample", True, "temperature")]
+    if fields.get("do_sample") is True:  # HF samples, with its top_k of 50 unless the file says otherwise
+        top_k = fields.get("top_k", 50)
+        applied += [("do_sample", True, "temperature"), *_set(fields, _SAMPLING)]
+        applied += [("top_k", top_k, "top_k")] if top_k not in (0, None) else []
     if applied:
         shown = ", ".join(f"{name}={value!r}" for name, value, _ in applied)
-        options = [f"{option}=... for {name}" for name, _, option in applied if option is not None]
+        options = dict.fromkeys(f"{option}=..." for _, _, option in applied if option is not None)
         missing = [name for name, _, option in applied if option is None]
-        advice = f" Pass SamplingParams({', '.join(options)}) to apply them." if options else ""
+        advice = f" Pass SamplingParams({', '.join(options)}) to apply the ones it has." if options else ""
         if missing:
             advice += f" Not implemented here: {', '.join(missing)}."
         warnings.warn(

@@ -73,13 +73,14 @@ def test_generation_settings_hf_applies_and_tokenstate_does_not_are_named(tmp_pa
     _set(generation, "repetition_penalty", 1.5)
     _set(generation, "no_repeat_ngram_size", 3)
     with pytest.warns(GenerationSettingsWarning, match=r"repetition_penalty=1.5, no_repeat_ngram_size=3 .*"
-                      r"SamplingParams\(repetition_penalty=\.\.\. for repetition_penalty\).*Not implemented here: "
+                      r"SamplingParams\(repetition_penalty=\.\.\.\) to apply the ones it has\. Not implemented here: "
                       r"no_repeat_ngram_size"):
         LLM(directory, async_scheduling=False)
     generation.unlink()  # without the file HF falls back to config.json's legacy fields
     _set(directory / "config.json", "do_sample", True)
     _set(directory / "config.json", "temperature", 0.6)
-    with pytest.warns(GenerationSettingsWarning, match=r"config.json: HF generate applies temperature=0.6"):
+    with pytest.warns(GenerationSettingsWarning, match=r"config.json: HF generate applies do_sample=True, "
+                      r"temperature=0.6, top_k=50 .*SamplingParams\(temperature=\.\.\., top_k=\.\.\.\)"):
         LLM(directory, async_scheduling=False)
 
 
