@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from tokenstate.checker.calls import FORWARD_HOOK, HOST_READ, RAW_READ, SPREAD, CallMixin
 from tokenstate.checker.config import CheckerConfig, SinkSpec
 from tokenstate.checker.evaluate import ExprMixin
-from tokenstate.checker.execute import StmtMixin
+from tokenstate.checker.execute import CONSTRUCTORS, StmtMixin
 from tokenstate.checker.externals import HIDDEN, ExternalMixin
 from tokenstate.checker.frame import Event, Frame, Summary
 from tokenstate.checker.guards import GuardMixin
@@ -42,6 +42,7 @@ from tokenstate.checker.values import (
     Value,
     carries_tokens,
     join,
+    stored_beyond_the_call,
 )
 
 __all__ = ["Analyzer", "check_entry_points"]
@@ -88,11 +89,14 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         ret = join(*frame.returns) if frame.returns else OPAQUE
         if yielded and "contextmanager" not in self.decorators(func):
             ret = Seq(None, frame.yield_value or OPAQUE)  # a generator: iterating gives what it yields
+        # What it assigned on its receiver outlives the call: fresh host ids or tokens of this call
+        # are not fresh for whoever reads them back later. A constructor's object is new.
+        constructing = getattr(info.node, "name", "") in CONSTRUCTORS
         return Summary(
             ret,
             tuple(frame.events.values()),
             tuple(frame.writes.items()),
-            tuple(frame.self_writes.items()),
+            tuple((k, v if constructing else stored_beyond_the_call(v)) for k, v in frame.self_writes.items()),
             None if frame.yield_writes is None else tuple(frame.yield_writes.items()),
             frame.yield_value,
             tuple((info, tuple(writes.items())) for info, writes in frame.obj_writes.items()),
@@ -196,10 +200,15 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         args = self.entry_arguments(target, func, construction)
         hooks = tuple(e for e in construction.events.values() if e.sink == FORWARD_HOOK)
         summary = self.entry_call(func, module, args)
-        # The next step: what this one kept on the model (``self.previous = inp.host_tokens``) is
-        # there when the forward runs again, so a second call sees it (only where it carries ids).
-        kept = {info: dict(writes) for info, writes in summary.obj_writes}
-        if any(carries_tokens(v) for writes in kept.values() for v in writes.values()):
+        # The next step: the objects this one kept on the model that hand out ids
+        # (``self.previous = inp.host_tokens``, the whole input) are there when the forward runs
+        # again, so a second call sees them. Ids kept are left out: read in their own step they
+        # are that step's real ids, whatever reads them later.
+        kept = {
+            info: {name: _token_objects(value) for name, value in writes if carries_tokens(value, ids=False)}
+            for info, writes in summary.obj_writes
+        }
+        if any(kept.values()):
             later = self.entry_call(func, module, tuple(_with_kept_state(a, kept) for a in args))
             seen = set(summary.events)
             summary = dataclasses.replace(summary, events=(*summary.events, *(e for e in later.events if e not in seen)))
@@ -295,6 +304,15 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
             elif isinstance(part, Unknown):
                 routes.append(Route("unknown", event.hops, event.sink, _describe_unknown(part)))
         return routes
+
+
+def _token_objects(value: Value) -> Value:
+    """``value`` without the ids it holds, keeping the objects that hand them out (tokens, inputs)."""
+    if isinstance(value, Ids):
+        return OPAQUE
+    if isinstance(value, Alt):
+        return join(*(_token_objects(o) for o in value.options))
+    return value
 
 
 def _with_kept_state(value: Value, kept: dict[ClassInfo, dict[str, Value]], depth: int = 0) -> Value:

@@ -319,12 +319,11 @@ class StmtMixin:
             self.assign(frame, target.value, Seq(None, value))
         elif isinstance(target, ast.Attribute):
             # An object's attribute outlives the call (the model's does): what is fresh in this call
-            # is not in the next one that reads it back. A constructor's object is new: nothing of
-            # an earlier call is in it.
+            # is not in the next one that reads it back. The method's own later reads are in this
+            # call (the receiver's writes go stale where the method's summary hands them out).
             kept = stored_beyond_the_call(value)
             if isinstance(target.value, ast.Name) and target.value.id == frame.self_name:
-                constructing = frame.func is not None and getattr(frame.func.node, "name", "") in _CONSTRUCTORS
-                frame.self_writes[target.attr] = value if constructing else kept
+                frame.self_writes[target.attr] = value
                 return
             base = self.eval(frame, target.value)
             if isinstance(base, Instance):
@@ -372,7 +371,7 @@ class StmtMixin:
             self.unresolved(frame, self.unknown(frame, "stores the forward input or token ids on an object the checker does not model", node), node)
 
 
-_CONSTRUCTORS = frozenset({"__init__", "__new__", "__post_init__"})
+CONSTRUCTORS = frozenset({"__init__", "__new__", "__post_init__"})
 
 
 def _device_pattern(pattern: ast.pattern) -> str | None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from tokenstate.checker.report import Hop
 from tokenstate.checker.sources import ModuleInfo
-from tokenstate.checker.values import ClassInfo, FuncInfo, Value, join
+from tokenstate.checker.values import ClassInfo, FuncInfo, Value, join, stored_beyond_the_call
 
 __all__ = ["Event", "Frame", "Summary"]
 
@@ -111,4 +111,9 @@ class Frame:
             parts = [state[index] for state in states]
             keys = dict.fromkeys(k for part in parts for k in part)
             merged.append({k: join(*(part.get(k) for part in parts)) for k in keys})
+        for name, value in merged[3].items():
+            if any(name not in part[3] for part in states):
+                # a path that did not assign the receiver's attribute reads what an earlier call
+                # left there: what is fresh in this call is not in that one
+                merged[3][name] = join(value, stored_beyond_the_call(value))
         self.env, self.published, self.writes, self.self_writes = merged

@@ -359,7 +359,7 @@ def branch_facts_end_with_the_branch(patch: MutantPatch) -> None:
     "model: a later call that reads the cached ids back outside any guard embeds them as fresh.",
 )
 def stored_values_stay_fresh(patch: MutantPatch) -> None:
-    patch.setattr(execute_module, "stored_beyond_the_call", lambda value: value)
+    _store_as(patch, lambda value: value)
 
 
 @mutant(
@@ -540,7 +540,7 @@ def stored_tests_keep_guarding(patch: MutantPatch) -> None:
     from tokenstate.checker.values import Flag
 
     original = execute_module.stored_beyond_the_call
-    patch.setattr(execute_module, "stored_beyond_the_call", lambda value: value if isinstance(value, Flag) else original(value))
+    _store_as(patch, lambda value: value if isinstance(value, Flag) else original(value))
 
 
 @mutant(
@@ -838,3 +838,14 @@ def eafp_and_getattr_defaults_guard_nothing(patch: MutantPatch) -> None:
 
     patch.setattr(Analyzer, "raises_only_without_device_ids", lambda self, frame, body: False)
     patch.setattr(guards_module, "NONE_WITHOUT_DEVICE_IDS", object())
+
+
+def _store_as(patch: MutantPatch, stored: object) -> None:
+    """Every place a value stored beyond the call is turned into what a later call reads back:
+    an assignment to another object, a method's writes on its receiver as its summary hands them
+    out, and a path that did not assign the receiver's attribute."""
+    import tokenstate.checker.engine as engine_module
+    import tokenstate.checker.frame as frame_module
+
+    for module in (execute_module, engine_module, frame_module):
+        patch.setattr(module, "stored_beyond_the_call", stored)

@@ -196,6 +196,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.handoffs", "host_tokens_kept_for_the_next_step"): ("ignores", "state kept for the next step"),
     ("czoo.handoffs", "input_kept_for_the_next_step"): ("ignores", "state kept for the next step"),
     ("czoo.handoffs", "device_ids_kept_for_the_next_step"): ("honors", "state kept for the next step"),
+    ("czoo.handoffs", "ids_staged_on_the_model_on_every_path"): ("honors", "state kept for the next step"),
     ("czoo.handoffs", "eval_reads_the_input_from_the_locals"): ("unknown", "code given as text"),
     ("czoo.handoffs", "exception_carries_the_host_tokens"): ("ignores", "tokens raised or sent"),
     ("czoo.handoffs", "host_tokens_sent_into_a_generator"): ("unknown", "tokens raised or sent"),

@@ -180,3 +180,21 @@ next(_READER)
 def host_tokens_sent_into_a_generator(model: ServableLM, inp: ForwardInput) -> Tensor:
     ids = _READER.send(inp.host_tokens)
     return model.logits(model.embed(ids), inp)
+
+
+class StagesItsIdsLM(ServableLM):
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.step_ids = None
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if inp.device_tokens is None:  # every path stages this step's ids before reading them
+            self.step_ids = inp.host_tokens.ids
+        else:
+            self.step_ids = inp.device_tokens.ids
+        return self.logits(self.embed(self.step_ids), inp)
+
+
+@entry_point
+def ids_staged_on_the_model_on_every_path(model: StagesItsIdsLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
