@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from tokenstate.checker.evaluate import element_of, host_kind
+from tokenstate.checker.evaluate import STATE_DUMPS, element_of, host_kind
 from tokenstate.checker.frame import Event, Frame, Summary
 from tokenstate.checker.resolve import decorator_names
 from tokenstate.checker.values import (
@@ -209,7 +209,8 @@ class CallMixin:
             for h in hooks
         )  # fmt: skip
         for hook in hooks if plain else ():
-            self.call(scratch, hook, hook_arguments(arity), (), node)
+            # a container it closes over may be filled by the forward before torch runs it
+            self.call(scratch, _filled_by_the_forward(hook), hook_arguments(arity), (), node)  # type: ignore[arg-type]
         if plain and not any(e.kind == "sink" for e in scratch.events.values()):
             return
         hook = self.unknown(frame, f"registers a forward hook ({registration}) that reads host ids or code out of the checker's sight", node)
@@ -357,6 +358,8 @@ class CallMixin:
             return self.host_read(frame, host_kind(frame, base), "inp.host_tokens.row_ids()", node)
         if host and name == "placeholder_buffer":
             return self.host_read(frame, "host_raw", "inp.host_tokens.placeholder_buffer()", node)
+        if host and name in STATE_DUMPS:  # the slots' state: the raw buffer, placeholders in
+            return Seq(None, self.host_read(frame, "host_raw", f"inp.host_tokens.{name}()", node))
         if isinstance(base, Instance) and name in RETURNS_SELF:
             return base
         if isinstance(base, Cell):
@@ -645,6 +648,21 @@ def hook_arguments(arity: int) -> tuple[Value, ...]:
     output), each of which may hold the step's input — a pre-hook reading ``args[0].host_tokens``
     reads it."""
     return (OPAQUE, *(Seq(None, Input()),) * (arity - 1))
+
+
+def _filled_by_the_forward(hook: Func) -> Func:
+    """``hook`` with the containers it closes over holding, besides what they hold now, the step's
+    input and host tokens: the forward may put them there before torch runs the hook."""
+    carried = join(Input(), Tokens("host"))
+
+    def filled(value: Value) -> Value:
+        if isinstance(value, MapV):
+            return MapV(join(value.values, carried))
+        if isinstance(value, Seq):
+            return Seq(None, join(value.elem, *(value.items or ()), carried))
+        return value
+
+    return Func(hook.info, hook.bound, tuple((name, filled(v)) for name, v in hook.closure), hook.raw)
 
 
 def code_reaches_tokens(code: Value, *, ids: bool = True) -> bool:

@@ -55,9 +55,11 @@ from tokenstate.checker.values import (
 if TYPE_CHECKING:
     from tokenstate.checker.engine import Analyzer
 
-__all__ = ["STALE_TESTS", "ExprMixin", "element_of", "host_kind"]
+__all__ = ["STALE_TESTS", "STATE_DUMPS", "ExprMixin", "element_of", "host_kind"]
 
 STALE_TESTS = frozenset({"has_stale", "stale_rows"})
+STATE_DUMPS = frozenset({"__getstate__", "__reduce__", "__reduce_ex__"})
+"""Methods that hand out an object's state: on ``HostTokens``, the raw buffer among it."""
 """``HostTokens`` attributes that are false (or empty) exactly when every host id is fresh."""
 
 
@@ -266,7 +268,7 @@ class ExprMixin:
                 return self.host_read(frame, host_kind(frame, base), "inp.host_tokens.ids", node)
             if name in STALE_TESTS and base.kind == "host":  # empty / false: every host id is fresh
                 return Flag(fresh_if_true=False, fresh_if_false=True)
-            if name in ("row_ids", "placeholder_buffer"):
+            if name in ("row_ids", "placeholder_buffer") or (name in STATE_DUMPS and base.kind == "host"):
                 return Bound(base, name)
             if name == "_ids" and base.kind == "host":  # the private buffer: the raw read, bypassed
                 return self.host_read(frame, "host_raw", "inp.host_tokens._ids", node)

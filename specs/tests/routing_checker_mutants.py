@@ -849,3 +849,22 @@ def _store_as(patch: MutantPatch, stored: object) -> None:
 
     for module in (execute_module, engine_module, frame_module):
         patch.setattr(module, "stored_beyond_the_call", stored)
+
+
+@mutant(
+    "RCK-58/state-dumps-read-nothing",
+    doc="`inp.host_tokens.__getstate__()` (or `__reduce_ex__`) is a plain method: the slots' state it "
+    "hands out, the raw buffer among it, reads nothing (the forward is `inert`).",
+)
+def state_dumps_read_nothing(patch: MutantPatch) -> None:
+    patch.setattr(evaluate_module, "STATE_DUMPS", frozenset())
+    patch.setattr(calls_module, "STATE_DUMPS", frozenset())
+
+
+@mutant(
+    "RCK-59/hook-containers-stay-as-built",
+    doc="A forward hook's closure is tried as it was when the hook was registered: a dict it closes "
+    "over is empty then, so a hook reading the host tokens the forward later puts there looks plain.",
+)
+def hook_containers_stay_as_built(patch: MutantPatch) -> None:
+    patch.setattr(calls_module, "_filled_by_the_forward", lambda hook: hook)

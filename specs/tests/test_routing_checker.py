@@ -57,6 +57,7 @@ from .routing_checker_mutants import (
     fresh_positions_checked_in_full_mode_only,
     getattribute_is_a_method_call,
     handlers_and_managers_inherit_the_body_facts,
+    hook_containers_stay_as_built,
     host_reads_taken_as_fresh,
     import_module_is_data,
     in_place_writes_dropped,
@@ -80,6 +81,7 @@ from .routing_checker_mutants import (
     stale_row_tests_are_not_values,
     stale_rows_tuple_is_data,
     star_args_get_no_input,
+    state_dumps_read_nothing,
     state_kept_for_the_next_step_unseen,
     stored_tests_keep_guarding,
     stored_values_stay_fresh,
@@ -449,3 +451,14 @@ def test_tokens_sent_into_a_generator_are_unknown():
 @pytest.mark.paid("RCK-57", before=eafp_and_getattr_defaults_guard_nothing)
 def test_eafp_and_getattr_defaults_on_the_device_tokens_guard_host_reads():
     assert_zoo("EAFP and getattr defaults on the device tokens", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-58", before=state_dumps_read_nothing)
+def test_the_raw_buffer_through_the_tokens_state_is_a_raw_read():
+    assert_zoo("raw buffer through introspection", {"ignores"})
+
+
+@pytest.mark.paid("RCK-59", before=hook_containers_stay_as_built)
+def test_a_hook_reading_a_container_the_forward_fills_is_unknown():
+    assert_zoo("class decorators and forward hooks", {"unknown"})
+    assert_zoo("forward hooks over containers", {"honors"})

@@ -200,6 +200,9 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.handoffs", "eval_reads_the_input_from_the_locals"): ("unknown", "code given as text"),
     ("czoo.handoffs", "exception_carries_the_host_tokens"): ("ignores", "tokens raised or sent"),
     ("czoo.handoffs", "host_tokens_sent_into_a_generator"): ("unknown", "tokens raised or sent"),
+    ("czoo.handoffs", "raw_buffer_through_getstate"): ("ignores", "raw buffer through introspection"),
+    ("czoo.handoffs", "hook_reads_a_box_the_forward_fills"): ("unknown", "class decorators and forward hooks"),
+    ("czoo.handoffs", "hook_counts_calls_into_a_dict"): ("honors", "forward hooks over containers"),
 }
 
 # The forwards whose model class comes from their factory's build function.

@@ -198,3 +198,52 @@ class StagesItsIdsLM(ServableLM):
 @entry_point
 def ids_staged_on_the_model_on_every_path(model: StagesItsIdsLM, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+# -- the raw buffer through introspection ----------------------------------------------------------
+
+
+@entry_point
+def raw_buffer_through_getstate(model: ServableLM, inp: ForwardInput) -> Tensor:
+    ids = inp.host_tokens.__getstate__()[1]["_ids"]  # the slots' state: the raw buffer, placeholders in
+    return model.logits(model.embed(ids), inp)
+
+
+# -- hooks over containers the forward fills -------------------------------------------------------
+
+
+class BoxedHookLM(ServableLM):
+    """A pre-hook closing over a dict that the forward fills with the step's host tokens."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        box: dict = {}
+        self.box = box
+        self.register_forward_pre_hook(lambda module, args: (args[0], box["tokens"].ids))
+
+    def forward(self, inp: ForwardInput, ids: Tensor | None = None) -> Tensor:
+        return self.logits(self.embed(inp.embedding_ids() if ids is None else ids), inp)
+
+
+@entry_point
+def hook_reads_a_box_the_forward_fills(model: BoxedHookLM, inp: ForwardInput) -> Tensor:
+    model.box["tokens"] = inp.host_tokens
+    return model(inp)
+
+
+class TimedLM(ServableLM):
+    """A pre-hook closing over a stats dict it only writes timings into."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        stats: dict = {}
+        self.stats = stats
+        self.register_forward_pre_hook(lambda module, args: stats.update(calls=stats.get("calls", 0) + 1))
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return self.logits(self.embed(inp.embedding_ids()), inp)
+
+
+@entry_point
+def hook_counts_calls_into_a_dict(model: TimedLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
