@@ -430,7 +430,8 @@ class CallMixin:
         """Code outside the analysed modules (``callee``) given the forward input or its tokens: an
         unresolved ``unknown`` route, since it may read host ids out of sight. ``None`` when no input
         is handed over, or ``modeled`` names a module the configuration models."""
-        if not any(isinstance(v, Input | Tokens) for v in (*args, *(v for _, v in kwargs))):
+        handed = (o for v in (*args, *(v for _, v in kwargs)) for o in getattr(v, "options", (v,)))
+        if not any(isinstance(o, Input | Tokens) for o in handed):
             return None
         if modeled is not None and self.config.is_modeled(modeled):
             return None
@@ -644,10 +645,9 @@ GENERATOR_INPUTS = frozenset({"send", "throw"})
 
 
 def hook_arguments(arity: int) -> tuple[Value, ...]:
-    """What a forward hook is tried with: the module, then the module call's arguments (and its
-    output), each of which may hold the step's input — a pre-hook reading ``args[0].host_tokens``
-    reads it."""
-    return (OPAQUE, *(Seq(None, Input()),) * (arity - 1))
+    """What a forward hook is tried with: the module, the module call's arguments — which may hold
+    the step's input (a pre-hook reading ``args[0].host_tokens`` reads it) — and its output."""
+    return (OPAQUE, Seq(None, Input()), *(OPAQUE,) * (arity - 2))
 
 
 def _filled_by_the_forward(hook: Func) -> Func:
