@@ -61,7 +61,7 @@ def _settings(directory: Path) -> tuple[Path, Mapping[str, Any]] | None:
     return (config, registry.read_json_object(config)) if config.is_file() else None
 
 
-def _set(fields: Mapping[str, Any], table: dict[str, tuple[object, str | None]]) -> list[tuple[str, object, str | None]]:
+def _non_neutral(fields: Mapping[str, Any], table: dict[str, tuple[object, str | None]]) -> list[tuple[str, object, str | None]]:
     return [
         (name, fields[name], option)
         for name, (neutral, option) in table.items()
@@ -77,10 +77,10 @@ def warn_on_generation_settings(directory: Path, model_eos: tuple[int, ...]) -> 
     if found is None:
         return
     source, fields = found
-    applied = _set(fields, _APPLIED_BY_HF)
+    applied = _non_neutral(fields, _APPLIED_BY_HF)
     if fields.get("do_sample") is True:  # HF samples, with its top_k of 50 unless the file says otherwise
         top_k = fields.get("top_k", 50)
-        applied += [("do_sample", True, "temperature"), *_set(fields, _SAMPLING)]
+        applied += [("do_sample", True, "temperature"), *_non_neutral(fields, _SAMPLING)]
         applied += [("top_k", top_k, "top_k")] if top_k not in (0, None) else []
     if applied:
         shown = ", ".join(f"{name}={value!r}" for name, value, _ in applied)
