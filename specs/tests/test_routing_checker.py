@@ -462,3 +462,63 @@ def test_the_raw_buffer_through_the_tokens_state_is_a_raw_read():
 def test_a_hook_reading_a_container_the_forward_fills_is_unknown():
     assert_zoo("class decorators and forward hooks", {"unknown"})
     assert_zoo("forward hooks over containers", {"honors"})
+
+
+_OWED_SOURCE = """
+import concurrent.futures
+import gc
+
+from torch import Tensor
+
+from czoo.servable import ServableLM
+from tokenstate.contracts import ForwardInput, entry_point
+
+_POOL = concurrent.futures.ThreadPoolExecutor(1)
+
+
+def count_rows(inp: ForwardInput) -> int:
+    return inp.num_rows
+
+
+@entry_point
+def pool_job_given_the_input_reads_metadata(model: ServableLM, inp: ForwardInput) -> Tensor:
+    rows = _POOL.submit(count_rows, inp).result()
+    return model.logits(model.embed(inp.embedding_ids()) * (rows > 0), inp)
+
+
+class GcHookLM(ServableLM):
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        box: dict = {}
+        self.box = box
+        self.register_forward_pre_hook(
+            lambda module, args: (args[0], [o for o in gc.get_referents(box["tokens"]) if isinstance(o, Tensor)][0])
+        )
+
+    def forward(self, inp: ForwardInput, ids: Tensor | None = None) -> Tensor:
+        return self.logits(self.embed(inp.embedding_ids() if ids is None else ids), inp)
+
+
+@entry_point
+def hook_reaches_the_buffer_through_gc(model: GcHookLM, inp: ForwardInput) -> Tensor:
+    model.box["tokens"] = inp.host_tokens
+    return model(inp)
+"""
+
+
+def _owed_verdict(tmp_path: Path, forward: str) -> str:
+    """The verdict of ``forward`` in :data:`_OWED_SOURCE`, a module beside the zoo's packages."""
+    (tmp_path / "owedcases.py").write_text(_OWED_SOURCE)
+    config = CheckerConfig(search_paths=(tmp_path, ZOO_ROOT), display_root=tmp_path).with_roots(["czoo"])
+    (result,) = check_entry_points([EntryTarget(forward, "owedcases", forward, True)], config).results
+    return result.verdict.value
+
+
+@pytest.mark.owed("RCK-60")
+def test_a_pool_job_given_the_input_is_followed_as_the_call_it_is(tmp_path):
+    assert _owed_verdict(tmp_path, "pool_job_given_the_input_reads_metadata") == "honors"
+
+
+@pytest.mark.owed("RCK-61")
+def test_a_hook_reaching_the_raw_buffer_through_gc_is_not_plain(tmp_path):
+    assert _owed_verdict(tmp_path, "hook_reaches_the_buffer_through_gc") == "unknown"
