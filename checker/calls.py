@@ -44,6 +44,7 @@ from tokenstate.checker.values import (
     stored_beyond_the_call,
     taint,
     with_item,
+    with_writes,
 )
 
 if TYPE_CHECKING:
@@ -74,13 +75,7 @@ class CallMixin:
 
     def current(self: Analyzer, frame: Frame, inst: Instance) -> Instance:
         """``inst`` with the attributes this frame's calls have assigned on its class since construction."""
-        writes = frame.obj_writes.get(inst.info)
-        if not writes:
-            return inst
-        fields = dict(inst.fields)
-        for name, value in writes.items():
-            fields[name] = join(fields.get(name), value)
-        return Instance(inst.info, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
+        return with_writes(inst, frame.obj_writes.get(inst.info, {}))
 
     def sink(self: Analyzer, frame: Frame, desc: str, ids: Value, node: ast.AST) -> None:
         if frame.fresh:  # no device ids on this path: any host ids embedded here are this call's

@@ -43,6 +43,7 @@ from tokenstate.checker.values import (
     carries_tokens,
     join,
     stored_beyond_the_call,
+    with_writes,
 )
 
 __all__ = ["Analyzer", "check_entry_points"]
@@ -195,8 +196,7 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         """The registered forward's call: through what its analysed decorators return (the
         runtime's ``@entry_point`` wraps exactly that), with the model and the step's input; a
         forward hook the model's construction registered counts as part of every call."""
-        # the model is built, the decorators applied and what they return called where the def stands
-        construction = Frame(func.info, module, self.config.display(module.file), {}, {}, False, 0)
+        construction = self.frame_at_the_def(func, module)
         args = self.entry_arguments(target, func, construction)
         hooks = tuple(e for e in construction.events.values() if e.sink == FORWARD_HOOK)
         summary = self.entry_call(func, module, args)
@@ -214,10 +214,15 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
             summary = dataclasses.replace(summary, events=(*summary.events, *(e for e in later.events if e not in seen)))
         return dataclasses.replace(summary, events=(*hooks, *summary.events))
 
+    def frame_at_the_def(self, func: Func, module: ModuleInfo) -> Frame:
+        """A fresh frame where the forward's def stands (the model is built, the decorators applied
+        and what they return called there)."""
+        return Frame(func.info, module, self.config.display(module.file), {}, {}, False, 0)
+
     def entry_call(self, func: Func, module: ModuleInfo, args: tuple[Value, ...]) -> Summary:
         """One call of the registered forward with ``args``, through what its analysed decorators
         return (the runtime's ``@entry_point`` wraps exactly that)."""
-        frame, at = Frame(func.info, module, self.config.display(module.file), {}, {}, False, 0), ast.Pass(lineno=func.info.line)
+        frame, at = self.frame_at_the_def(func, module), ast.Pass(lineno=func.info.line)
         entry = self.decorated(frame, func, at)
         if entry == func:
             return self.analyse(func, args, (), {}, False, 0)
@@ -321,10 +326,8 @@ def _with_kept_state(value: Value, kept: dict[ClassInfo, dict[str, Value]], dept
     if depth > 8:
         return value
     if isinstance(value, Instance):
-        fields = {name: _with_kept_state(v, kept, depth + 1) for name, v in value.fields}
-        for name, written in kept.get(value.info, {}).items():
-            fields[name] = join(fields.get(name), written)
-        return Instance(value.info, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
+        inner = Instance(value.info, tuple((name, _with_kept_state(v, kept, depth + 1)) for name, v in value.fields))
+        return with_writes(inner, kept.get(value.info, {}))
     if isinstance(value, Seq):
         items = None if value.items is None else tuple(_with_kept_state(v, kept, depth + 1) for v in value.items)
         return Seq(items, _with_kept_state(value.elem, kept, depth + 1), value.pipeline)

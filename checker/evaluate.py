@@ -58,9 +58,9 @@ if TYPE_CHECKING:
 __all__ = ["STALE_TESTS", "STATE_DUMPS", "ExprMixin", "element_of", "host_kind"]
 
 STALE_TESTS = frozenset({"has_stale", "stale_rows"})
+"""``HostTokens`` attributes that are false (or empty) exactly when every host id is fresh."""
 STATE_DUMPS = frozenset({"__getstate__", "__reduce__", "__reduce_ex__"})
 """Methods that hand out an object's state: on ``HostTokens``, the raw buffer among it."""
-"""``HostTokens`` attributes that are false (or empty) exactly when every host id is fresh."""
 
 
 def host_kind(frame: Frame, tokens: Tokens) -> str:

@@ -294,13 +294,13 @@ class StmtMixin:
     def raises_only_without_device_ids(self: Analyzer, frame: Frame, body: list[ast.stmt]) -> bool:
         """Whether ``body`` is one read of the device ids (``ids = inp.device_tokens.ids``), which
         raises — ``AttributeError`` on ``None`` — exactly when the step has no device ids."""
-        if len(body) != 1 or not isinstance(body[0], ast.Assign | ast.AnnAssign):
+        if len(body) != 1 or not isinstance(stmt := body[0], ast.Assign | ast.AnnAssign):
             return False
-        value = body[0].value
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         return (
-            isinstance(value, ast.Attribute) and value.attr == "ids"
-            and self.eval(frame, value.value) == Tokens("device")
-            and all(isinstance(t, ast.Name) for t in getattr(body[0], "targets", [getattr(body[0], "target", None)]))
+            isinstance(stmt.value, ast.Attribute) and stmt.value.attr == "ids"
+            and self.eval(frame, stmt.value.value) == Tokens("device")
+            and all(isinstance(t, ast.Name) for t in targets)  # no attribute write that could raise too
         )
 
     def assign(self: Analyzer, frame: Frame, target: ast.expr, value: Value) -> None:

@@ -225,19 +225,13 @@ class ExternalMixin:
         (:meth:`input_to_external_method`) — not ids already read (their read was judged where it
         stands) nor a scope the checker cannot read (transformers publishes an output collector
         around every layer call, whose checkpointing function receives the layer as code)."""
-        handed = (*args, *(v for _, v in kwargs))
-        if method:
-            reaches = (
-                any(carries_tokens(v, ids=False) for v in handed)
-                or any(code_reaches_tokens(c, ids=False) for c in code)
-                or any(carries_tokens(v, ids=False) for v in frame.published.values())
-            )
-        else:
-            reaches = (
-                any(carries_tokens(v) for v in handed)
-                or any(code_reaches_tokens(c) for c in code)
-                or self.scope_carries_tokens(frame)
-            )
+        ids = not method
+        scope = any(carries_tokens(v, ids=False) for v in frame.published.values()) if method else self.scope_carries_tokens(frame)
+        reaches = (
+            scope
+            or any(carries_tokens(v, ids=ids) for v in (*args, *(v for _, v in kwargs)))
+            or any(code_reaches_tokens(c, ids=ids) for c in code)
+        )
         if not (reaches or always):
             return None
         hidden = self.unknown(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -397,6 +398,17 @@ def has_ids(value: Value) -> bool:
     return isinstance(flowing, Ids) or (
         isinstance(flowing, Alt) and any(isinstance(v, Ids) for v in flowing.options)
     )
+
+
+def with_writes(inst: Instance, writes: Mapping[str, Value]) -> Instance:
+    """``inst`` with the attribute values ``writes`` joined into its fields (a write may or may not
+    have happened on the path that reads it)."""
+    if not writes:
+        return inst
+    fields = dict(inst.fields)
+    for name, value in writes.items():
+        fields[name] = join(fields.get(name), value)
+    return Instance(inst.info, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
 
 
 def carries_tokens(value: Value, *, ids: bool = True) -> bool:
