@@ -32,6 +32,7 @@ from tokenstate.checker.values import (
     Instance,
     MapV,
     Partial,
+    Pending,
     Seq,
     Super,
     Tokens,
@@ -357,6 +358,10 @@ class CallMixin:
             return Seq(None, self.host_read(frame, "host_raw", f"inp.host_tokens.{name}()", node))
         if isinstance(base, Instance) and name in RETURNS_SELF:
             return base
+        if isinstance(base, Pending):  # the future of a followed thread job
+            if name == "result":
+                return base.result
+            base = External("concurrent.futures.Future", instance=True)  # its other methods, as any future's
         if isinstance(base, Cell):
             if name in ("set", "append", "insert") and args:
                 frame.write_cell(base.name, args[-1])
@@ -403,6 +408,9 @@ class CallMixin:
         jobs = [h for h in hooks if isinstance(h, Func | Partial)]  # objects passed along are data here
         if jobs and (isinstance(base, External) or base == OPAQUE):  # pool.submit(job), loop.run_in_executor...
             callee = f"{getattr(base, 'dotted', 'an external base class')}.{name}"
+            followed = self.thread_job(frame, callee, args, kwargs, node, method=True)
+            if followed is not None:
+                return followed
             handed = self.code_handed_out(frame, callee, args, kwargs, jobs, node, method=True)
             if handed is not None:
                 return handed

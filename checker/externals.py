@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from tokenstate.checker.calls import FORWARD_HOOKS, code_reaches_tokens, is_code, kwarg_value
 from tokenstate.checker.evaluate import element_of, host_kind
 from tokenstate.checker.frame import Frame
+from tokenstate.checker.thread_jobs import thread_job_call
 from tokenstate.checker.values import (
     OPAQUE,
     ClassInfo,
@@ -26,6 +27,7 @@ from tokenstate.checker.values import (
     Instance,
     MapV,
     Partial,
+    Pending,
     Seq,
     Tokens,
     Unknown,
@@ -225,12 +227,8 @@ class ExternalMixin:
         (:meth:`input_to_external_method`) — not ids already read (their read was judged where it
         stands) nor a scope the checker cannot read (transformers publishes an output collector
         around every layer call, whose checkpointing function receives the layer as code)."""
-        ids = not method
-        scope = any(carries_tokens(v, ids=False) for v in frame.published.values()) if method else self.scope_carries_tokens(frame)
-        reaches = (
-            scope
-            or any(carries_tokens(v, ids=ids) for v in (*args, *(v for _, v in kwargs)))
-            or any(code_reaches_tokens(c, ids=ids) for c in code)
+        reaches = self.reaches_beside_its_arguments(frame, code, method=method) or any(
+            carries_tokens(v, ids=not method) for v in (*args, *(v for _, v in kwargs))
         )
         if not (reaches or always):
             return None
@@ -241,6 +239,33 @@ class ExternalMixin:
         if reaches:
             self.unresolved(frame, hidden, node)
         return hidden
+
+    def reaches_beside_its_arguments(self: Analyzer, frame: Frame, code: list[Value], *, method: bool) -> bool:
+        """Whether ``code`` handed out can reach the step's ids other than through the arguments it
+        is handed: closing over them, bound to an object holding them, or under a scope that may
+        hold them (``method``: only the input and its tokens count; see :meth:`code_handed_out`)."""
+        ids = not method
+        scope = any(carries_tokens(v, ids=False) for v in frame.published.values()) if method else self.scope_carries_tokens(frame)
+        return scope or any(code_reaches_tokens(c, ids=ids) for c in code)
+
+    def thread_job(self: Analyzer, frame: Frame, runner: str, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...],
+                   node: ast.AST, *, method: bool) -> Value | None:
+        """A job handed to a thread runner with its arguments (``pool.submit(fn, inp)``,
+        ``Thread(target=fn, args=(inp,))``), followed as the call the runner makes (see
+        :mod:`~tokenstate.checker.thread_jobs`); returns what the runner's call gives. ``None``
+        where ``runner`` is none, the job is not analysed code, or it reaches the step's ids beside
+        its arguments: a thread sees its own scope, and RCK-48 keeps such a job ``unknown``."""
+        call = thread_job_call(runner, args, kwargs)
+        if call is None or not isinstance(call.job, Func | Partial):
+            return None
+        if self.reaches_beside_its_arguments(frame, [call.job], method=method):
+            return None
+        if call.gives == "map":
+            return Seq(None, self.call(frame, call.job, tuple(element_of(a) for a in call.args), (), node))
+        result = self.call(frame, call.job, call.args, call.kwargs, node)
+        if call.gives == "future":
+            return Pending(result)
+        return External(runner, instance=True) if call.gives == "thread" else result
 
     def import_module(self: Analyzer, frame: Frame, dotted: str, node: ast.Call) -> Value:
         """``importlib.import_module("pkg.mod")`` is the module; a computed name is unknown."""
@@ -332,6 +357,9 @@ class ExternalMixin:
             if name in FORWARD_HOOKS:  # torch.nn.modules.module.register_module_forward_pre_hook(f)
                 self.forward_hook(frame, name, code, node)
                 return self.unknown(frame, f"analysed code is handed to {dotted}, which {HIDDEN}", node)
+            followed = self.thread_job(frame, dotted, args, kwargs, node, method=False)
+            if followed is not None:
+                return followed
             return self.code_handed_out(frame, dotted, args, kwargs, code, node, always=True)  # type: ignore[return-value]
         if dotted.endswith("DeviceTokens.from_host"):
             if isinstance(first, Tokens) and first.kind == "host":  # the upload reads host.ids, which raises on a stale step

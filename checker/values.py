@@ -289,6 +289,13 @@ class Super(Value):
 
 
 @dataclass(frozen=True, slots=True)
+class Pending(Value):
+    """A thread pool's future of a job the checker followed: ``.result()`` is what the job returned."""
+
+    result: Value
+
+
+@dataclass(frozen=True, slots=True)
 class Alt(Value):
     """One of several values (branches, loop iterations, heterogeneous containers)."""
 
@@ -337,6 +344,8 @@ def taint(value: Value) -> Value:
         return join(*(taint(v) for v in value.items or ()), taint(value.elem))
     if isinstance(value, MapV):
         return taint(value.values)
+    if isinstance(value, Pending):
+        return taint(value.result)
     if isinstance(value, Bound) and value.name not in METADATA_ATTRS:
         return taint(value.base)
     return OPAQUE
@@ -357,6 +366,8 @@ def _with_origins(value: Value, kind_map: dict[str, str], tokens_fresh: bool | N
     if isinstance(value, MapV):
         items = None if value.items is None else tuple((k, _with_origins(v, kind_map, tokens_fresh)) for k, v in value.items)
         return MapV(_with_origins(value.values, kind_map, tokens_fresh), items)
+    if isinstance(value, Pending):
+        return Pending(_with_origins(value.result, kind_map, tokens_fresh))
     return value
 
 
@@ -422,6 +433,8 @@ def carries_tokens(value: Value, *, ids: bool = True) -> bool:
         return any(carries_tokens(v, ids=ids) for v in value.items or ()) or carries_tokens(value.elem, ids=ids)
     if isinstance(value, MapV):
         return carries_tokens(value.values, ids=ids)
+    if isinstance(value, Pending):
+        return carries_tokens(value.result, ids=ids)
     if isinstance(value, Instance):
         return any(carries_tokens(v, ids=ids) for _, v in value.fields)
     if isinstance(value, Partial):

@@ -868,3 +868,12 @@ def state_dumps_read_nothing(patch: MutantPatch) -> None:
 )
 def hook_containers_stay_as_built(patch: MutantPatch) -> None:
     patch.setattr(calls_module, "_filled_by_the_forward", lambda hook: hook)
+
+
+@mutant(
+    "RCK-60/thread-jobs-called-out-of-sight",
+    doc="A job handed to a thread runner with the input among its arguments (`pool.submit(fn, inp)`) "
+    "is code run out of sight: every such job is `unknown`, whatever it reads.",
+)
+def thread_jobs_called_out_of_sight(patch: MutantPatch) -> None:
+    patch.setattr(externals_module, "thread_job_call", lambda runner, args, kwargs: None)

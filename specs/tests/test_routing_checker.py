@@ -85,6 +85,7 @@ from .routing_checker_mutants import (
     state_kept_for_the_next_step_unseen,
     stored_tests_keep_guarding,
     stored_values_stay_fresh,
+    thread_jobs_called_out_of_sight,
     to_device_loses_the_class,
     tokens_sent_into_generators_dropped,
 )
@@ -464,26 +465,18 @@ def test_a_hook_reading_a_container_the_forward_fills_is_unknown():
     assert_zoo("forward hooks over containers", {"honors"})
 
 
+@pytest.mark.paid("RCK-60", before=thread_jobs_called_out_of_sight)
+def test_a_pool_job_given_the_input_is_followed_as_the_call_it_is():
+    assert_zoo("thread jobs given the input", {"honors", "ignores"})
+
+
 _OWED_SOURCE = """
-import concurrent.futures
 import gc
 
 from torch import Tensor
 
 from czoo.servable import ServableLM
 from tokenstate.contracts import ForwardInput, entry_point
-
-_POOL = concurrent.futures.ThreadPoolExecutor(1)
-
-
-def count_rows(inp: ForwardInput) -> int:
-    return inp.num_rows
-
-
-@entry_point
-def pool_job_given_the_input_reads_metadata(model: ServableLM, inp: ForwardInput) -> Tensor:
-    rows = _POOL.submit(count_rows, inp).result()
-    return model.logits(model.embed(inp.embedding_ids()) * (rows > 0), inp)
 
 
 class GcHookLM(ServableLM):
@@ -512,11 +505,6 @@ def _owed_verdict(tmp_path: Path, forward: str) -> str:
     config = CheckerConfig(search_paths=(tmp_path, ZOO_ROOT), display_root=tmp_path).with_roots(["czoo"])
     (result,) = check_entry_points([EntryTarget(forward, "owedcases", forward, True)], config).results
     return result.verdict.value
-
-
-@pytest.mark.owed("RCK-60")
-def test_a_pool_job_given_the_input_is_followed_as_the_call_it_is(tmp_path):
-    assert _owed_verdict(tmp_path, "pool_job_given_the_input_reads_metadata") == "honors"
 
 
 @pytest.mark.owed("RCK-61")

@@ -44,6 +44,50 @@ def pool_job_without_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
     return model.logits(hidden[:, :width], inp)
 
 
+def _rows_of(inp: ForwardInput) -> int:
+    return inp.num_rows
+
+
+def _host_hidden(model: ServableLM, inp: ForwardInput) -> Tensor:
+    return model.embed(inp.host_tokens.ids)
+
+
+def _device_hidden(model: ServableLM, inp: ForwardInput) -> Tensor:
+    return model.embed(inp.embedding_ids())
+
+
+def _device_hidden_into(model: ServableLM, inp: ForwardInput, out: list[Tensor]) -> None:
+    out.append(model.embed(inp.embedding_ids()))
+
+
+@entry_point
+def pool_job_given_the_input_reads_metadata(model: ServableLM, inp: ForwardInput) -> Tensor:
+    rows = _POOL.submit(_rows_of, inp).result()  # a job handed the input is the call it is
+    hidden = model.embed(inp.embedding_ids())
+    return model.logits(hidden * (rows > 0), inp)
+
+
+@entry_point
+def pool_job_given_the_input_reads_host_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
+    hidden = _POOL.submit(_host_hidden, model, inp=inp).result()
+    return model.logits(hidden, inp)
+
+
+@entry_point
+def pool_map_over_inputs_embeds_device_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
+    (hidden,) = _POOL.map(_device_hidden, [model], [inp])
+    return model.logits(hidden, inp)
+
+
+@entry_point
+def thread_given_the_input_embeds_device_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
+    out: list[Tensor] = []
+    worker = threading.Thread(target=_device_hidden_into, args=(model, inp, out))
+    worker.start()
+    worker.join()
+    return model.logits(out[0], inp)
+
+
 class ArgsPreHookLM(ServableLM):
     """A pre-hook registered at construction that reads the step's input from the module's args."""
 
