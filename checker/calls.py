@@ -8,6 +8,7 @@ re-rooted at the call site, which is how a route ``entry → … → sink`` keep
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from tokenstate.checker.evaluate import STATE_DUMPS, element_of, host_kind
@@ -193,10 +194,10 @@ class CallMixin:
         """Analysed code registered as a forward hook: torch runs it inside a module's call, with
         whatever the model holds then. A plain function (not a method: the model's state at
         forward time is not what it is here) that holds neither the input nor an object that may
-        hold it, and that, called here with plain arguments, reads no host ids and embeds nothing
-        (transformers' ``requires_grad_`` and output-capturing hooks), cannot change what the
-        forward embeds; any other is an ``unknown`` route, kept even when the model's construction
-        registered it."""
+        hold it, and whose trial reaches nothing but stores of what it is given (transformers'
+        ``requires_grad_`` and output-capturing hooks; see :func:`_only_stores`), cannot change
+        what the forward embeds; any other is an ``unknown`` route, kept even when the model's
+        construction registered it."""
         scratch = Frame(frame.func, frame.module, frame.file, {}, dict(frame.published), False, frame.depth)
         arity = 2 if "pre" in registration else 3  # (module, args) / (module, args, output)
         plain = all(
@@ -207,13 +208,13 @@ class CallMixin:
         for hook in hooks if plain else ():
             # a container it closes over may be filled by the forward before torch runs it
             self.call(scratch, _filled_by_the_forward(hook), hook_arguments(arity), (), node)  # type: ignore[arg-type]
-        if plain and not any(e.kind == "sink" for e in scratch.events.values()):
+        if plain and _only_stores(scratch.events.values()):
             return
-        hook = self.unknown(frame, f"registers a forward hook ({registration}) that reads host ids or code out of the checker's sight", node)
+        hook = self.unknown(frame, f"registers a forward hook ({registration}) that reads host ids or hands the input to code out of the checker's sight", node)
         frame.add_event(Event("unresolved", hook, FORWARD_HOOK, (frame.hop(getattr(node, "lineno", 0)),)))
 
-    def unresolved(self: Analyzer, frame: Frame, callee: Unknown, node: ast.AST) -> None:
-        frame.add_event(Event("unresolved", callee, "call", (frame.hop(getattr(node, "lineno", 0)),)))
+    def unresolved(self: Analyzer, frame: Frame, callee: Unknown, node: ast.AST, *, sink: str = "call") -> None:
+        frame.add_event(Event("unresolved", callee, sink, (frame.hop(getattr(node, "lineno", 0)),)))
 
     def spelt_attribute_read(self: Analyzer, frame: Frame, node: ast.Call) -> Value | None:
         """``x.__getattribute__("name")``: the attribute read it is, spelt as a call (else None)."""
@@ -423,23 +424,27 @@ class CallMixin:
         """``unknown`` for a method the checker cannot read (inherited from an external base, or of
         an external object) handed the forward input or its tokens: it may read host ids out of
         sight. ``None`` for any other method call."""
+        store = name in _STORES
         if isinstance(base, External):
-            return self.input_handed_out(frame, f"{base.dotted}.{name}", args, kwargs, node, modeled=base.dotted)
+            return self.input_handed_out(frame, f"{base.dotted}.{name}", args, kwargs, node, modeled=base.dotted, store=store)
         if base == OPAQUE:
-            return self.input_handed_out(frame, f"an external base class.{name}", args, kwargs, node)
+            return self.input_handed_out(frame, f"an external base class.{name}", args, kwargs, node, store=store)
         return None
 
-    def input_handed_out(self: Analyzer, frame: Frame, callee: str, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST, *, modeled: str | None = None) -> Unknown | None:
+    def input_handed_out(self: Analyzer, frame: Frame, callee: str, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...],
+                         node: ast.AST, *, modeled: str | None = None, store: bool = False) -> Unknown | None:
         """Code outside the analysed modules (``callee``) given the forward input or its tokens: an
         unresolved ``unknown`` route, since it may read host ids out of sight. ``None`` when no input
-        is handed over, or ``modeled`` names a module the configuration models."""
+        is handed over, or ``modeled`` names a module the configuration models. ``store``: the
+        callee puts what it is given into a container (``collected.append(x)``), its event's sink
+        is :data:`STORE`."""
         handed = (o for v in (*args, *(v for _, v in kwargs)) for o in getattr(v, "options", (v,)))
         if not any(isinstance(o, Input | Tokens) for o in handed):
             return None
         if modeled is not None and self.config.is_modeled(modeled):
             return None
         hidden = self.unknown(frame, f"passes the forward input to {callee}, outside the analysed modules", node)
-        self.unresolved(frame, hidden, node)
+        self.unresolved(frame, hidden, node, sink=STORE if store else "call")
         return hidden
 
     # ---- analysed functions and classes --------------------------------------------------------
@@ -580,6 +585,11 @@ FORWARD_HOOKS = frozenset({
 
 FORWARD_HOOK = "forward hook"
 """The sink of an unresolved event that stands for a registered forward hook."""
+STORE = "store"
+"""The sink of an unresolved event where the input is put into a container the checker cannot
+read: a forward hook trial that only stores what it is given stays plain."""
+_STORES = frozenset({"append", "insert", "extend", "add", "update", "setdefault", "__setitem__"})
+"""Methods of a container the checker cannot read that put their argument into it."""
 
 
 def is_code(value: Value) -> bool:
@@ -645,6 +655,13 @@ def _literal_items(expr: ast.expr, func: ast.AST) -> list[object] | None:
 
 GENERATOR_INPUTS = frozenset({"send", "throw"})
 """Generator methods that hand a value into the generator's body (not followed from there)."""
+
+
+def _only_stores(trial: Iterable[Event]) -> bool:
+    """Whether a forward hook's trial call reached nothing but stores of what it was given
+    (transformers' output collector): no embedding, no host read, and no hand-off of the input or
+    its tokens to code out of sight (``gc.get_referents(tokens)`` reaches the raw buffer)."""
+    return all(e.kind == "unresolved" and e.sink == STORE for e in trial)
 
 
 def hook_arguments(arity: int) -> tuple[Value, ...]:

@@ -877,3 +877,12 @@ def hook_containers_stay_as_built(patch: MutantPatch) -> None:
 )
 def thread_jobs_called_out_of_sight(patch: MutantPatch) -> None:
     patch.setattr(externals_module, "thread_job_call", lambda runner, args, kwargs: None)
+
+
+@mutant(
+    "RCK-61/hook-trials-count-only-reads",
+    doc="A forward hook's trial counts only host reads and embeddings: one that hands the host tokens "
+    "to code out of sight (`gc.get_referents(tokens)`, which reaches the raw buffer) looks plain.",
+)
+def hook_trials_count_only_reads(patch: MutantPatch) -> None:
+    patch.setattr(calls_module, "_only_stores", lambda trial: not any(e.kind == "sink" for e in trial))

@@ -4,7 +4,9 @@ body. What runs out of sight is `unknown` when it can reach the step's ids — t
 or through what it closes over; what the checker can follow is followed.
 """
 
+import collections
 import concurrent.futures
+import gc
 import threading
 import types
 
@@ -290,4 +292,45 @@ class TimedLM(ServableLM):
 
 @entry_point
 def hook_counts_calls_into_a_dict(model: TimedLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+class GcHookLM(ServableLM):
+    """A pre-hook that finds the raw buffer among the objects the host tokens the forward puts in
+    its dict refer to."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        box: dict = {}
+        self.box = box
+        self.register_forward_pre_hook(
+            lambda module, args: (args[0], next(o for o in gc.get_referents(box["tokens"]) if isinstance(o, Tensor)))
+        )
+
+    def forward(self, inp: ForwardInput, ids: Tensor | None = None) -> Tensor:
+        return self.logits(self.embed(inp.embedding_ids() if ids is None else ids), inp)
+
+
+@entry_point
+def hook_hands_the_tokens_to_gc(model: GcHookLM, inp: ForwardInput) -> Tensor:
+    model.box["tokens"] = inp.host_tokens
+    return model(inp)
+
+
+_RECENT_INPUTS: collections.deque = collections.deque(maxlen=2)
+
+
+class RecordingLM(ServableLM):
+    """A pre-hook that only stores what it is given in a collector (transformers' output capture)."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.register_forward_pre_hook(lambda module, args: _RECENT_INPUTS.append(args[0]))
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return self.logits(self.embed(inp.embedding_ids()), inp)
+
+
+@entry_point
+def hook_stores_its_arguments_in_a_collector(model: RecordingLM, inp: ForwardInput) -> Tensor:
     return model(inp)
