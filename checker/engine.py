@@ -100,7 +100,7 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
             tuple((k, v if constructing else stored_beyond_the_call(v)) for k, v in frame.self_writes.items()),
             None if frame.yield_writes is None else tuple(frame.yield_writes.items()),
             frame.yield_value,
-            tuple((info, tuple(writes.items())) for info, writes in frame.obj_writes.items()),
+            _kept(frame.obj_writes),
         )
 
     def is_generator(self, node: ast.AST) -> bool:
@@ -227,9 +227,7 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         if entry == func:
             return self.analyse(func, args, (), {}, False, 0)
         self.call(frame, entry, args, (), at)
-        return Summary(OPAQUE, tuple(frame.events.values()), (), (), None, None, tuple(
-            (info, tuple(writes.items())) for info, writes in frame.obj_writes.items()
-        ))
+        return Summary(OPAQUE, tuple(frame.events.values()), (), (), None, None, _kept(frame.obj_writes))
 
     def find_function(self, target: EntryTarget) -> Func | Unknown:
         head, *rest = target.qualname.split(".")
@@ -309,6 +307,15 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
             elif isinstance(part, Unknown):
                 routes.append(Route("unknown", event.hops, event.sink, _describe_unknown(part)))
         return routes
+
+
+def _kept(obj_writes: dict[ClassInfo, dict[str, Value]]) -> tuple[tuple[ClassInfo, tuple[tuple[str, Value], ...]], ...]:
+    """A call's attribute writes on objects other than its receiver, as whoever reads them after
+    the call sees them: what was fresh in the call is not any more."""
+    return tuple(
+        (info, tuple((name, stored_beyond_the_call(value)) for name, value in writes.items()))
+        for info, writes in obj_writes.items()
+    )
 
 
 def _token_objects(value: Value) -> Value:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from tokenstate.checker.frame import Frame
+from tokenstate.checker.frame import Frame, buffer_cell, class_cell, module_cell
 from tokenstate.checker.guards import Facts, expression_path, is_none_compare
 from tokenstate.checker.sources import ModuleInfo
 from tokenstate.checker.values import (
@@ -235,14 +235,25 @@ class ExprMixin:
             return frame.env[name]
         if name in frame.closure:
             return frame.closure[name]
+        cell = module_cell(frame, name)
         if name in frame.module.global_cells and frame.func is not None:
-            cell = f"{frame.module.name}.{name}"
             if cell in frame.published:
                 return frame.published[cell]
             return self.unknown(frame, f"reads scope global {cell} where no enclosing scope publishes it", node)
         if name == "super" and frame.func is not None:
             return External("builtins.super")
+        filled = buffer_cell(frame, name)
+        if filled in frame.published:  # a module-level buffer this call filled in place
+            return frame.published[filled]
         return self.resolve_global(frame.module.name, name)
+
+    def is_module_global(self: Analyzer, frame: Frame, name: str) -> bool:
+        """Whether ``name`` in ``frame`` is a variable of its module (not a local, a closure's, an
+        import or a def)."""
+        return (
+            name not in frame.env and name not in frame.closure
+            and isinstance(frame.module.bindings.get(name), ast.Assign | ast.AnnAssign)
+        )  # fmt: skip
 
     def read_cell(self: Analyzer, frame: Frame, cell: str, node: ast.AST) -> Value:
         if cell in frame.published:
@@ -286,6 +297,9 @@ class ExprMixin:
             cell = self.class_cell_for(base.info, name)
             if cell is not None:
                 return self.read_cell(frame, cell, node)
+            kept = self.kept_on_the_class(frame, base.info, name)
+            if kept is not None:
+                return kept
             member = self.class_member(base.info, name)
             if member is None:
                 return self.unknown(frame, f"{base.info.dotted} has no attribute {name!r}", node)
@@ -311,6 +325,14 @@ class ExprMixin:
             return base
         return OPAQUE
 
+    def kept_on_the_class(self: Analyzer, frame: Frame, info: ClassInfo, name: str) -> Value | None:
+        """What this call stored in class attribute ``name`` of ``info`` or a base, from outside
+        the class (``Holder.ids = ...``, ``type(model).last_ids = ...``), if anything."""
+        for klass in self.mro(info):
+            if isinstance(klass, ClassInfo) and class_cell(klass, name) in frame.published:
+                return frame.published[class_cell(klass, name)]
+        return None
+
     def instance_attribute(self: Analyzer, frame: Frame, base: Instance, name: str, node: ast.AST) -> Value:
         own = frame.self_writes.get(name) if base == frame.self_value else None
         if own is not None:
@@ -321,6 +343,9 @@ class ExprMixin:
         cell = self.class_cell_for(base.info, name)
         if cell is not None:
             return self.read_cell(frame, cell, node)
+        kept = self.kept_on_the_class(frame, base.info, name)
+        if kept is not None:
+            return kept
         member = self.class_member(base.info, name)
         if member is None:
             return self.unknown(

@@ -11,7 +11,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from tokenstate.checker.evaluate import element_of
-from tokenstate.checker.frame import Frame
+from tokenstate.checker.frame import Frame, buffer_cell, class_cell, module_cell
 from tokenstate.checker.guards import Facts, meet
 from tokenstate.checker.values import (
     NO_KEY,
@@ -32,7 +32,6 @@ from tokenstate.checker.values import (
     Value,
     has_ids,
     join,
-    stored_beyond_the_call,
     taint,
     with_item,
 )
@@ -249,6 +248,7 @@ class StmtMixin:
             entered = self.enter(frame, manager, item.context_expr)
             if item.optional_vars is not None:
                 self.assign(frame, item.optional_vars, entered)
+        managed = [cell for cell, value in frame.published.items() if published.get(cell) != value]
         base = frame.snapshot() if swallows else None
         start = (frame.fresh, frame.narrow)
         ends = self.exec_block(frame, stmt.body)
@@ -258,7 +258,14 @@ class StmtMixin:
             frame.merge([base] if ends else [base, frame.snapshot()])
             frame.fresh, frame.narrow = start
             ends = False
-        frame.published, frame.writes = published, writes  # __exit__ withdraws the publication
+        # __exit__ withdraws what the managers published; what the body kept (a module global, a
+        # class attribute) stays
+        for cell in managed:
+            for now, before in ((frame.published, published), (frame.writes, writes)):
+                if cell in before:
+                    now[cell] = before[cell]
+                else:
+                    now.pop(cell, None)
         return ends
 
     def try_block(self: Analyzer, frame: Frame, stmt: ast.Try | ast.TryStar) -> bool:
@@ -306,7 +313,7 @@ class StmtMixin:
     def assign(self: Analyzer, frame: Frame, target: ast.expr, value: Value) -> None:
         if isinstance(target, ast.Name):
             if target.id in frame.globals_declared:
-                frame.write_cell(f"{frame.module.name}.{target.id}", value)
+                frame.write_cell(module_cell(frame, target.id), value)
             else:
                 frame.env[target.id] = value
         elif isinstance(target, ast.Tuple | ast.List):
@@ -319,19 +326,17 @@ class StmtMixin:
             self.assign(frame, target.value, Seq(None, value))
         elif isinstance(target, ast.Attribute):
             # An object's attribute outlives the call (the model's does): what is fresh in this call
-            # is not in the next one that reads it back. The method's own later reads are in this
-            # call (the receiver's writes go stale where the method's summary hands them out).
-            kept = stored_beyond_the_call(value)
+            # is not in the next one that reads it back. This call's own later reads are in this
+            # call; the writes go stale where a summary hands them out and on a path that did not
+            # make them (Frame.merge).
             if isinstance(target.value, ast.Name) and target.value.id == frame.self_name:
                 frame.self_writes[target.attr] = value
                 return
             base = self.eval(frame, target.value)
             if isinstance(base, Instance):
-                frame.record_writes(base.info, {target.attr: kept})
-            elif isinstance(base, ClassRef):  # a scope (published for a block), as globals are
-                cell = self.class_cell_for(base.info, target.attr)
-                if cell is not None:
-                    frame.write_cell(cell, value)
+                frame.record_writes(base.info, {target.attr: value})
+            elif isinstance(base, ClassRef):  # a class attribute: a scope cell, as a module global is
+                frame.write_cell(self.class_cell_for(base.info, target.attr) or class_cell(base.info, target.attr), value)
             elif isinstance(base, Cell) and base.kind == "local":
                 frame.write_cell(f"{base.name}.{target.attr}", value)
             else:
@@ -358,7 +363,11 @@ class StmtMixin:
         an attribute assignment would (vLLM's persistent input buffers)."""
         while isinstance(expr, ast.Subscript):
             expr = expr.value
-        if isinstance(expr, ast.Name | ast.Attribute):
+        if isinstance(expr, ast.Name) and self.is_module_global(frame, expr.id):
+            # a module-level buffer filled in place (``_INPUT_IDS[:n].copy_(ids)``) keeps what it is
+            # given across calls: a scope cell, as a name declared ``global`` is
+            frame.write_cell(buffer_cell(frame, expr.id), join(self.eval(frame, expr), taint(value)))
+        elif isinstance(expr, ast.Name | ast.Attribute):
             self.assign(frame, expr, join(self.eval(frame, expr), taint(value)))
 
     def stored_out_of_sight(self: Analyzer, frame: Frame, base: Value, value: Value, node: ast.AST) -> None:

@@ -8,7 +8,7 @@ from tokenstate.checker.report import Hop
 from tokenstate.checker.sources import ModuleInfo
 from tokenstate.checker.values import ClassInfo, FuncInfo, Value, join, stored_beyond_the_call
 
-__all__ = ["Event", "Frame", "Summary"]
+__all__ = ["Event", "Frame", "State", "Summary", "buffer_cell", "class_cell", "module_cell"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class Frame:
     raised: list[Value] = field(default_factory=list)  # what its ``raise`` statements raised, in order
     yield_writes: dict[str, Value] | None = None
     yield_value: Value | None = None
-    # flow-insensitive: attributes assigned on other instances, joined per class (sound, coarser)
+    # attributes assigned on other instances, joined per class (sound, coarser), as made in this call
     obj_writes: dict[ClassInfo, dict[str, Value]] = field(default_factory=dict)
     self_aliases: set[Value] = field(default_factory=set)  # the receiver, updated with self_writes
     # per enclosing loop, innermost last: the states at its `break` / `continue` statements
@@ -96,14 +96,21 @@ class Frame:
         self.published[cell] = value
         self.writes[cell] = value
 
-    def snapshot(self) -> tuple[dict[str, Value], dict[str, Value], dict[str, Value], dict[str, Value]]:
-        return dict(self.env), dict(self.published), dict(self.writes), dict(self.self_writes)
+    def snapshot(self) -> State:
+        return (dict(self.env), dict(self.published), dict(self.writes), dict(self.self_writes),
+                {info: dict(writes) for info, writes in self.obj_writes.items()})
 
-    def restore(self, state: tuple[dict[str, Value], ...]) -> None:
-        self.env, self.published, self.writes, self.self_writes = (dict(part) for part in state)
+    def restore(self, state: State) -> None:
+        self.env, self.published, self.writes, self.self_writes = (dict(part) for part in state[:4])
+        self.obj_writes = {info: dict(writes) for info, writes in state[4].items()}
 
-    def merge(self, states: list[tuple[dict[str, Value], ...]]) -> None:
-        """Make the frame the join of several branch states (variables may hold any branch's value)."""
+    def merge(self, states: list[State]) -> None:
+        """Make the frame the join of several branch states (variables may hold any branch's value).
+
+        What outlives the call — a scope cell (a module global, a class attribute, a buffer filled
+        in place), an attribute of the receiver or of another object — holds, on a path that did
+        not write it, what it held before: what a caller published, or else what an earlier call
+        left there, where what is fresh in this call is not."""
         if not states:
             return
         merged = []
@@ -111,9 +118,40 @@ class Frame:
             parts = [state[index] for state in states]
             keys = dict.fromkeys(k for part in parts for k in part)
             merged.append({k: join(*(part.get(k) for part in parts)) for k in keys})
-        for name, value in merged[3].items():
-            if any(name not in part[3] for part in states):
-                # a path that did not assign the receiver's attribute reads what an earlier call
-                # left there: what is fresh in this call is not in that one
-                merged[3][name] = join(value, stored_beyond_the_call(value))
+        for index in (1, 2, 3):
+            for name, value in merged[index].items():
+                for state in states:
+                    if name not in state[index]:
+                        before = state[1].get(name) if index == 2 else None
+                        merged[index][name] = join(merged[index][name], before or stored_beyond_the_call(value))
+        objects: dict[ClassInfo, dict[str, Value]] = {}
+        for info in dict.fromkeys(info for state in states for info in state[4]):
+            names = dict.fromkeys(name for state in states for name in state[4].get(info, {}))
+            objects[info] = {}
+            for name in names:
+                values = [state[4].get(info, {}).get(name) for state in states]
+                value = join(*values)
+                objects[info][name] = value if None not in values else join(value, stored_beyond_the_call(value))
         self.env, self.published, self.writes, self.self_writes = merged
+        self.obj_writes = objects
+
+
+State = tuple[dict[str, Value], dict[str, Value], dict[str, Value], dict[str, Value], dict[ClassInfo, dict[str, Value]]]
+"""A frame's flow-sensitive state at one point: its locals, the cells published and written, and
+the attributes written on its receiver and on other objects."""
+
+
+def module_cell(frame: Frame, name: str) -> str:
+    """The scope cell of module-level variable ``name`` of ``frame``'s module."""
+    return f"{frame.module.name}.{name}"
+
+
+def class_cell(info: ClassInfo, name: str) -> str:
+    """The scope cell of class attribute ``name`` of ``info``."""
+    return f"{info.dotted}.{name}"
+
+
+def buffer_cell(frame: Frame, name: str) -> str:
+    """The scope cell of what module-level tensor ``name`` was filled with in place (the name
+    itself may also name a scope, as a module-level ``ContextVar`` does)."""
+    return f"{frame.module.name}.{name}[...]"

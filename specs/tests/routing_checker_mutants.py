@@ -539,7 +539,8 @@ def stale_row_tests_are_not_values(patch: MutantPatch) -> None:
 def stored_tests_keep_guarding(patch: MutantPatch) -> None:
     from tokenstate.checker.values import Flag
 
-    original = execute_module.stored_beyond_the_call
+    from tokenstate.checker.values import stored_beyond_the_call as original
+
     _store_as(patch, lambda value: value if isinstance(value, Flag) else original(value))
 
 
@@ -842,12 +843,12 @@ def eafp_and_getattr_defaults_guard_nothing(patch: MutantPatch) -> None:
 
 def _store_as(patch: MutantPatch, stored: object) -> None:
     """Every place a value stored beyond the call is turned into what a later call reads back:
-    an assignment to another object, a method's writes on its receiver as its summary hands them
-    out, and a path that did not assign the receiver's attribute."""
+    a call's writes on its receiver and on other objects as its summary hands them out, and a path
+    that did not write an attribute or a cell."""
     import tokenstate.checker.engine as engine_module
     import tokenstate.checker.frame as frame_module
 
-    for module in (execute_module, engine_module, frame_module):
+    for module in (engine_module, frame_module):
         patch.setattr(module, "stored_beyond_the_call", stored)
 
 
@@ -886,3 +887,14 @@ def thread_jobs_called_out_of_sight(patch: MutantPatch) -> None:
 )
 def hook_trials_count_only_reads(patch: MutantPatch) -> None:
     patch.setattr(calls_module, "_only_stores", lambda trial: not any(e.kind == "sink" for e in trial))
+
+
+@mutant(
+    "RCK-62/module-and-class-state-read-as-defined",
+    doc="A module-level tensor filled in place is a local of the call, and a class attribute written "
+    "from outside its class (`Holder.ids = ...`) is read as the class defines it: a buffer filled "
+    "with host ids on fresh steps only, then embedded on every step, looks fresh or inert.",
+)
+def module_and_class_state_read_as_defined(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "is_module_global", lambda self, frame, name: False)
+    patch.setattr(Analyzer, "kept_on_the_class", lambda self, frame, info, name: None)

@@ -68,6 +68,7 @@ from .routing_checker_mutants import (
     loop_exits_fall_through,
     match_binds_the_subject_only,
     match_cases_unguarded,
+    module_and_class_state_read_as_defined,
     module_dict_attributes_opaque,
     module_level_class_patches_unseen,
     none_beside_device_tokens_dropped,
@@ -474,3 +475,8 @@ def test_a_pool_job_given_the_input_is_followed_as_the_call_it_is():
 @pytest.mark.paid("RCK-61", before=hook_trials_count_only_reads)
 def test_a_hook_reaching_the_raw_buffer_through_gc_is_not_plain():
     assert_zoo("forward hooks handing tokens out of sight", {"unknown", "honors"})
+
+
+@pytest.mark.paid("RCK-62", before=module_and_class_state_read_as_defined)
+def test_state_kept_in_globals_and_class_attributes_is_not_fresh_on_later_calls():
+    assert_zoo("state kept beyond the call", {"honors", "ignores"})

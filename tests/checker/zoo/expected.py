@@ -209,6 +209,16 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.handoffs", "hook_counts_calls_into_a_dict"): ("honors", "forward hooks over containers"),
     ("czoo.handoffs", "hook_hands_the_tokens_to_gc"): ("unknown", "forward hooks handing tokens out of sight"),
     ("czoo.handoffs", "hook_stores_its_arguments_in_a_collector"): ("honors", "forward hooks handing tokens out of sight"),
+    ("czoo.persistent", "global_buffer_filled_on_fresh_steps_only"): ("ignores", "state kept beyond the call"),
+    ("czoo.persistent", "global_buffer_filled_on_every_path"): ("honors", "state kept beyond the call"),
+    ("czoo.persistent", "global_keeps_the_host_tokens_of_fresh_steps"): ("ignores", "state kept beyond the call"),
+    ("czoo.persistent", "global_kept_inside_a_with_block"): ("ignores", "state kept beyond the call"),
+    ("czoo.persistent", "class_attribute_keeps_host_ids_of_fresh_steps"): ("ignores", "state kept beyond the call"),
+    ("czoo.persistent", "class_attribute_written_then_read"): ("ignores", "state kept beyond the call"),
+    ("czoo.persistent", "class_attribute_staged_on_every_path"): ("honors", "state kept beyond the call"),
+    ("czoo.persistent", "type_attribute_keeps_host_ids_of_fresh_steps"): ("ignores", "state kept beyond the call"),
+    ("czoo.persistent", "model_buffer_filled_on_every_path_by_the_forward"): ("honors", "state kept beyond the call"),
+    ("czoo.persistent", "model_buffer_filled_on_fresh_steps_by_the_forward"): ("ignores", "state kept beyond the call"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -221,4 +231,7 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     # the decorator replaced the def: its annotations are not on the function the module holds
     ("czoo.decorators", "decorator_swaps_in_a_host_forward"): ("czoo.servable", "build_servable"),
     ("czoo.handoffs", "method_bound_by_hand_in_build"): ("czoo.handoffs", "build_method_bound_by_hand"),
+    ("czoo.persistent", "type_attribute_keeps_host_ids_of_fresh_steps"): ("czoo.persistent", "build_remembers"),
+    ("czoo.persistent", "model_buffer_filled_on_every_path_by_the_forward"): ("czoo.persistent", "build_staging"),
+    ("czoo.persistent", "model_buffer_filled_on_fresh_steps_by_the_forward"): ("czoo.persistent", "build_staging"),
 }

@@ -1,0 +1,128 @@
+"""Token values kept where they outlive the forward call: a module global, a module-level buffer
+filled in place, a class attribute, and the model's own buffer filled from the entry forward.
+
+A path of the call that does not write such a place reads what an earlier call left there: ids
+kept from a fresh step are that step's ids, embedded on a later, stale step as if they were its own
+(fluent wrong tokens, no error). Written on every path before the read, they are this call's ids.
+"""
+
+import torch
+from torch import Tensor
+
+from czoo.servable import ServableLM
+from tokenstate.contracts import ForwardInput, HostTokens, entry_point
+
+_INPUT_IDS = torch.zeros(4096, dtype=torch.long)  # [max_tokens]: vLLM's persistent input buffer, module-level
+_STAGED_IDS = torch.zeros(4096, dtype=torch.long)  # [max_tokens]
+KEPT: HostTokens | None = None
+KEPT_IN_A_BLOCK: HostTokens | None = None
+
+
+def fit(ids: Tensor, n: int) -> Tensor:
+    """``ids`` cut or padded to ``n`` positions (ids kept from another step have its length)."""
+    return ids[:n] if ids.shape[0] >= n else torch.cat([ids, ids[-1:].repeat(n - ids.shape[0])])
+
+
+@entry_point
+def global_buffer_filled_on_fresh_steps_only(model: ServableLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        _INPUT_IDS[:n].copy_(inp.host_tokens.ids)
+    return model.logits(model.embed(_INPUT_IDS[:n]), inp)  # stale steps: an earlier step's ids
+
+
+@entry_point
+def global_buffer_filled_on_every_path(model: ServableLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if inp.device_tokens is None:
+        _STAGED_IDS[:n].copy_(inp.host_tokens.ids)
+    else:
+        _STAGED_IDS[:n].copy_(inp.device_tokens.ids)
+    return model.logits(model.embed(_STAGED_IDS[:n]), inp)
+
+
+@entry_point
+def global_keeps_the_host_tokens_of_fresh_steps(model: ServableLM, inp: ForwardInput) -> Tensor:
+    global KEPT
+    if not inp.has_stale_rows:
+        KEPT = inp.host_tokens
+    return model.logits(model.embed(fit(KEPT.ids, inp.num_tokens)), inp)
+
+
+@entry_point
+def global_kept_inside_a_with_block(model: ServableLM, inp: ForwardInput) -> Tensor:
+    global KEPT_IN_A_BLOCK
+    with torch.no_grad():  # the block withdraws what its manager published, not what its body kept
+        if not inp.has_stale_rows:
+            KEPT_IN_A_BLOCK = inp.host_tokens
+    return model.logits(model.embed(fit(KEPT_IN_A_BLOCK.ids, inp.num_tokens)), inp)
+
+
+class Holder:
+    """A class used as a namespace of step state."""
+
+    ids: Tensor | None = None
+    tokens: HostTokens | None = None
+    staged: Tensor | None = None
+
+
+@entry_point
+def class_attribute_keeps_host_ids_of_fresh_steps(model: ServableLM, inp: ForwardInput) -> Tensor:
+    if not inp.has_stale_rows:
+        Holder.ids = inp.host_tokens.ids
+    return model.logits(model.embed(fit(Holder.ids, inp.num_tokens)), inp)
+
+
+@entry_point
+def class_attribute_written_then_read(model: ServableLM, inp: ForwardInput) -> Tensor:
+    Holder.tokens = inp.host_tokens
+    return model.logits(model.embed(Holder.tokens.ids), inp)
+
+
+@entry_point
+def class_attribute_staged_on_every_path(model: ServableLM, inp: ForwardInput) -> Tensor:
+    Holder.staged = inp.embedding_ids()
+    return model.logits(model.embed(Holder.staged), inp)
+
+
+class RemembersLM(ServableLM):
+    """Its class keeps the last fresh step's ids (``type(model).last_ids = ...``)."""
+
+
+def build_remembers(config: dict, *, device: torch.device, seed: int) -> RemembersLM:
+    return RemembersLM(config).to(device)
+
+
+@entry_point
+def type_attribute_keeps_host_ids_of_fresh_steps(model: RemembersLM, inp: ForwardInput) -> Tensor:
+    if not inp.has_stale_rows:
+        type(model).last_ids = inp.host_tokens.ids
+    return model.logits(model.embed(fit(model.last_ids, inp.num_tokens)), inp)
+
+
+class StagingLM(ServableLM):
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.input_ids = torch.zeros(4096, dtype=torch.long)  # [max_tokens]
+
+
+def build_staging(config: dict, *, device: torch.device, seed: int) -> StagingLM:
+    return StagingLM(config).to(device)
+
+
+@entry_point
+def model_buffer_filled_on_every_path_by_the_forward(model: StagingLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        model.input_ids[:n].copy_(inp.host_tokens.ids)
+    else:
+        model.input_ids[:n].copy_(inp.device_tokens.ids)
+    return model.logits(model.embed(model.input_ids[:n]), inp)
+
+
+@entry_point
+def model_buffer_filled_on_fresh_steps_by_the_forward(model: StagingLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        model.input_ids[:n].copy_(inp.host_tokens.ids)
+    return model.logits(model.embed(model.input_ids[:n]), inp)
