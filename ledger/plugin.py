@@ -15,6 +15,7 @@ Registered by :mod:`tokenstate.pytest_plugin` (which stays import-light); see do
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -261,8 +262,10 @@ class LedgerPlugin:
         at = f"{spec_item.where}: {spec_item.id}"
         others = sorted(f"{p}::{n}" for p, n in carriers - {named})
         if others:
+            typo = spec_item.test_file in self.modules and self._named_test(spec_item) is None
+            missing = f" (`{spec_item.test_name}` does not exist in {spec_item.test_file.name}: a typo in the spec?)" if typo else ""
             return [
-                f"{at} is carried by {', '.join(others)} instead of / besides `{spec_item.test}`."
+                f"{at} is carried by {', '.join(others)} instead of / besides `{spec_item.test}`{missing}."
             ]
         if spec_item.id in self.misstated:
             return [f"{at} is listed under ## {spec_item.state.title()} but {self.misstated[spec_item.id]} carries it."]
@@ -272,14 +275,20 @@ class LedgerPlugin:
         if module is None:
             return [
                 f"{at}: its test file {spec_item.test_file} was not collected in this run, so the item is "
-                "unchecked; run the spec together with its tests (e.g. `pytest specs`)."
+                "unchecked; run the spec together with its tests (`pytest --tokenstate-spec-tests` "
+                "collects every spec with the tests it names)."
             ]
-        test = module
-        for part in spec_item.test_name.split("::"):
-            test = getattr(test, part, None)
+        test = self._named_test(spec_item)
         if not callable(test):
             return [
                 f"{at} has no test: `{spec_item.test}` does not exist; write it or fix the spec."
+            ]
+        if not _collected_name(self.config, spec_item.test_name):
+            patterns = " ".join(self.config.getini("python_functions"))
+            classes = " ".join(self.config.getini("python_classes"))
+            return [
+                f"{at}: `{spec_item.test}` is not a test pytest collects (python_functions = {patterns}, "
+                f"python_classes = {classes}), so the item is never checked; rename it or fix the spec."
             ]
         marks = [
             m
@@ -292,6 +301,13 @@ class LedgerPlugin:
             ]
         return []  # carried correctly, just deselected from this run
 
+    def _named_test(self, spec_item: SpecItem) -> Any:
+        """The test function the spec names, from its collected module (None when absent)."""
+        test = self.modules.get(spec_item.test_file)
+        for part in spec_item.test_name.split("::"):
+            test = getattr(test, part, None)
+        return test
+
     # -- running -------------------------------------------------------------------------------
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -299,15 +315,30 @@ class LedgerPlugin:
         if problem is not None:
             pytest.fail(problem, pytrace=False)
 
-    @pytest.hookimpl(wrapper=True)
+    # innermost (trylast): the re-runs happen inside the capture of the test's call, so a test reading
+    # capsys/capfd sees its re-runs' output as it saw its own
+    @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
         result = yield  # the test's own run; a failure propagates untouched
         binding = item.stash.get(_BINDING, None)
         if binding is not None and binding.mutant is not None:
-            detected, how = _run_under_mutant(item, binding.mutant)
+            try:
+                detected, how = _red_before(item, binding.mutant)
+            except ContractDefinitionError as exc:  # a broken mutant is no evidence: say why, in one line
+                item.user_properties.append((_RED_BEFORE_PROP, False))
+                pytest.fail(f"{binding.item.id}: {exc}", pytrace=False)
             item.user_properties.append((_RED_BEFORE_PROP, detected))
             if not detected:
                 item.user_properties.append((_RESULT_PROP, "red-before-lost"))
+                if how.startswith("fails again"):
+                    pytest.fail(
+                        f"red-before not proved: {binding.item.id}'s test {how}, so its failure under mutant "
+                        f"{binding.mutant.name} proves nothing about the bug. Keep the test re-runnable on its "
+                        f"own fixtures: it runs three times — as itself, under the mutant, and again without "
+                        f"it — with the same fixture values (a file created with mode 'x' in tmp_path, "
+                        f"module state, a counter...) ({binding.item.where}).",
+                        pytrace=False,
+                    )
                 pytest.fail(
                     f"red-before lost: {binding.item.id} no longer detects its bug — the test {how} under "
                     f"mutant {binding.mutant.name} ({binding.mutant.doc}). Make the test fail on the bug "
@@ -320,6 +351,8 @@ class LedgerPlugin:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
         report = yield
         binding = item.stash.get(_BINDING, None)
+        if binding is not None and binding.item.state == "paid":
+            return _paid_must_run(report, binding.item)
         if binding is None or call.when != "call" or binding.item.state != "owed":
             return report
         if call.excinfo is None:  # the test body passed, whatever an xfail mark made of the report
@@ -355,7 +388,7 @@ class LedgerPlugin:
             )
             outcome.add(report.nodeid, result, props.get(_RED_BEFORE_PROP))
         elif report.failed:
-            outcome.add(report.nodeid, "error", None)
+            outcome.add(report.nodeid, props.get(_RESULT_PROP) or "error", None)  # a paid test skipped at setup
         elif report.skipped and report.when == "setup":
             outcome.add(report.nodeid, "skipped", None)
 
@@ -374,8 +407,16 @@ class LedgerPlugin:
     # -- the ledger ----------------------------------------------------------------------------
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         spec_run = self.spec_tests_only and not self.config.option.collectonly
-        if self.is_worker or not (self.outcomes or self.spec_checks or spec_run):
+        if self.is_worker:
             return
+        if not (self.outcomes or self.spec_checks or spec_run):
+            # nothing of the specs ran — but where they no longer parse (a collection error stopped
+            # the run), the last ledger must not go on reporting a healthy state
+            if not any(spec_documents(d) for d in self.spec_dirs if d.is_dir()):
+                return
+            self.specs()
+            if not self._spec_error:
+                return
         specs = self.specs()
         if self._spec_error:
             self._write(session, Ledger.unreadable(self.root, self.spec_dirs, self._spec_error))
@@ -419,14 +460,59 @@ class LedgerPlugin:
         )
 
 
+def _collected_name(config: pytest.Config, test_name: str) -> bool:
+    """Whether pytest collects ``Class::function`` by name (its python_classes and python_functions
+    options: a prefix, or a glob)."""
+    *classes, function = test_name.split("::")
+
+    def matches(name: str, option: str) -> bool:
+        return any(
+            name.startswith(p) or (any(c in p for c in "*?[") and fnmatch.fnmatch(name, p))
+            for p in config.getini(option)
+        )
+
+    return matches(function, "python_functions") and all(matches(c, "python_classes") for c in classes)
+
+
+def _paid_must_run(report: pytest.TestReport, item: SpecItem) -> pytest.TestReport:
+    """A paid item's report, failed where an xfail mark or a skip would hide that the promise was
+    not re-proved: a paid test must pass, and fail under its mutant, on every run that collects it."""
+    if hasattr(report, "wasxfail"):
+        del report.wasxfail
+        if report.outcome == "skipped":  # the xfail mark turned a failure into xfailed
+            report.outcome = "failed"
+        if not any(name == _RESULT_PROP for name, _ in report.user_properties):
+            report.user_properties.append((_RESULT_PROP, "failed"))
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.id} is paid, but its test is marked xfail ({item.where}): an xfail mark hides the "
+            f"failures a paid test exists to show. Remove the mark, or move the item back to ## Owed."
+            + (f"\n{report.longreprtext}" if report.longreprtext else "")
+        )
+    elif report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.user_properties.append((_RESULT_PROP, "skipped"))
+        report.longrepr = (
+            f"{item.id} is paid, but its test was skipped ({reason}): a paid promise is re-proved on every "
+            f"run that collects its test. Make the test run here, or move the item to ## Owed "
+            f"({item.where})."
+        )
+    return report
+
+
 def _is_unittest(item: pytest.Function) -> bool:
     import unittest
 
     return item.cls is not None and issubclass(item.cls, unittest.TestCase)
 
 
-def _run_under_mutant(item: pytest.Item, mutant: Mutant) -> tuple[bool, str]:
-    """Re-run the test's function in-process with the mutant applied: ``(failed there?, how)``.
+def _red_before(item: pytest.Item, mutant: Mutant) -> tuple[bool, str]:
+    """Re-run the test's function in-process with the mutant applied, where it must fail, then
+    once more without it, where it must pass again: ``(red before?, how it went)``. The control
+    run is what makes the failure the mutant's: a test that fails on any second run (a file it
+    creates exclusively, module state it consumes) would otherwise count as red-before evidence
+    for a mutant that never reached the code.
 
     Errors applying the mutant itself propagate (a broken mutant is not red-before evidence).
     """
@@ -436,5 +522,12 @@ def _run_under_mutant(item: pytest.Item, mutant: Mutant) -> tuple[bool, str]:
         except pytest.skip.Exception:
             return False, "was skipped"
         except (Exception, pytest.fail.Exception) as exc:
-            return True, f"failed with {type(exc).__name__}"
-    return False, "still passes"
+            failure = type(exc).__name__
+        else:
+            return False, "still passes"
+    try:
+        item.runtest()
+    except (Exception, pytest.fail.Exception, pytest.skip.Exception) as exc:
+        first = (str(exc).splitlines() or [""])[0][:160]
+        return False, f"fails again without its mutant ({type(exc).__name__}: {first})"
+    return True, f"failed with {failure}"

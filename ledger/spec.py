@@ -210,7 +210,8 @@ def parse_spec(path: Path, source: str | None = None) -> Spec:
     contract = "\n".join(contract_lines).strip()
     if not contract:
         problems.add(_line(tokens[0]), "state the contract between the title and `## Owed`.")
-    paid_end = headings[paid_n + 1][0] if paid_n + 1 < len(headings) else len(tokens)
+    # the Paid section runs to the next section (a `### ...` inside it is no place for items)
+    paid_end = next((i for i, tag, _ in headings[paid_n + 1 :] if tag in ("h1", "h2")), len(tokens))
     slug = path.stem
     items = _section_items(tokens[owed_at + 3 : paid_at], "owed", path, slug, problems)
     items += _section_items(tokens[paid_at + 3 : paid_end], "paid", path, slug, problems)
@@ -221,7 +222,7 @@ def parse_spec(path: Path, source: str | None = None) -> Spec:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # an editor's byte-order mark is no text
     except UnicodeDecodeError as exc:
         raise ContractDefinitionError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8.") from exc
     except OSError as exc:

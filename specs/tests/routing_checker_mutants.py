@@ -537,9 +537,7 @@ def stale_row_tests_are_not_values(patch: MutantPatch) -> None:
     "inp.has_stale_rows` on the first step guards host reads on every later, stale, step.",
 )
 def stored_tests_keep_guarding(patch: MutantPatch) -> None:
-    from tokenstate.checker.values import Flag
-
-    from tokenstate.checker.values import stored_beyond_the_call as original
+    from tokenstate.checker.values import Flag, stored_beyond_the_call as original
 
     _store_as(patch, lambda value: value if isinstance(value, Flag) else original(value))
 

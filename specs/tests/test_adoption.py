@@ -65,7 +65,7 @@ def test_a_bad_checks_mode_is_refused_before_any_command_runs(monkeypatch, capsy
 @pytest.mark.paid("ADO-3", before=cwd_not_importable)
 def test_module_is_importable_from_the_current_directory(tmp_path, monkeypatch, capsys):
     package = tmp_path / "ado3_engine"
-    package.mkdir()
+    package.mkdir(exist_ok=True)  # the ledger re-runs a paid test on the same tmp_path
     (package / "__init__.py").write_text(BROKEN_PLUGIN.read_text())
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path), ".")])
@@ -99,11 +99,11 @@ def test_verify_reproves_the_spec_dirs_the_project_configures(tmp_path, monkeypa
     import types
 
     (tmp_path / "pytest.ini").write_text("[pytest]\ntokenstate_specs = contract_specs\nxfail_strict = true\n")
-    (tmp_path / "contract_specs").mkdir()
+    (tmp_path / "contract_specs").mkdir(exist_ok=True)
     (tmp_path / "contract_specs" / "mine.md").write_text(
         "# Mine\n\nThe contract.\n\n## Owed\n\n- **MINE-1** Not yet. — `../tests/test_mine.py::test_not_yet`\n\n## Paid\n"
     )
-    (tmp_path / "tests").mkdir()  # the item's test lives with the project's other tests
+    (tmp_path / "tests").mkdir(exist_ok=True)  # the item's test lives with the project's other tests
     (tmp_path / "tests" / "test_mine.py").write_text(
         "import pytest\n\n@pytest.mark.owed('MINE-1')\ndef test_not_yet():\n    assert False\n\n"
         "def test_not_a_spec_test():\n    assert False  # not named by a spec: verify does not run it\n"
@@ -124,9 +124,9 @@ def test_specs_run_from_a_subdirectory_reads_the_ledger_pytest_wrote_at_the_root
     from tokenstate.ledger.report import main_specs
 
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    (tmp_path / ".tokenstate").mkdir()
+    (tmp_path / ".tokenstate").mkdir(exist_ok=True)
     owed = LedgerEntry("MINE-1", "mine", "owed", "tests/test_mine.py::test_x", "Not yet.", "specs/mine.md", 7, last_result="xfailed")
     Ledger([owed], []).write(tmp_path / ".tokenstate" / "ledger.json")
-    (tmp_path / "specs" / "tests").mkdir(parents=True)
+    (tmp_path / "specs" / "tests").mkdir(parents=True, exist_ok=True)
     monkeypatch.chdir(tmp_path / "specs" / "tests")
     assert main_specs([]) == 0

@@ -480,3 +480,80 @@ def test_a_spec_test_whose_xdist_worker_crashed_is_an_error_not_its_last_result(
     tests.write_text(tests.read_text().replace("    with pytest.raises(ValueError):\n        Guard.check(-1)\n    assert Guard.check(2) == 2", "    import os\n    os._exit(1)", 1))
     pytester.runpytest_subprocess("-n", "2", "-p", "no:randomly")
     assert {e["id"]: e["last_result"] for e in ledger(pytester)["items"]}["D-1"] == "error"
+
+
+def _edit_paid_test(pytester: pytest.Pytester, old: str, new: str) -> None:
+    tests = pytester.path / "specs" / "tests" / "test_demo.py"
+    text = tests.read_text()
+    assert old in text
+    tests.write_text(text.replace(old, new, 1))
+
+
+def test_a_paid_test_that_fails_on_any_rerun_proves_no_red_before(pytester):
+    # the mutant changes nothing; the test fails on a second run for a reason of its own
+    make_project(pytester, before="harmless")
+    _edit_paid_test(
+        pytester, "def test_negative_refused():\n", 'def test_negative_refused(tmp_path):\n    open(tmp_path / "report.json", "x").close()\n'
+    )
+    result = pytester.runpytest("-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*D-1*fails again without its mutant*FileExistsError*re-runnable*"])
+    assert entries(pytester)["D-1"]["red_before_verified"] is False
+
+
+@pytest.mark.parametrize("before", ["negatives_allowed", "harmless"])
+def test_a_paid_test_marked_xfail_fails_the_run(pytester, before):
+    make_project(pytester, before=before)
+    _edit_paid_test(pytester, '@pytest.mark.paid("D-1"', '@pytest.mark.xfail(reason="sometimes")\n@pytest.mark.paid("D-1"')
+    result = pytester.runpytest("-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*D-1 is paid, but its test is marked xfail*"])
+    assert entries(pytester)["D-1"]["last_result"] == ("red-before-lost" if before == "harmless" else "failed")
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("def test_negative_refused():\n", 'def test_negative_refused():\n    pytest.skip("not here")\n'),
+        ('@pytest.mark.paid("D-1"', '@pytest.mark.skip(reason="not here")\n@pytest.mark.paid("D-1"'),
+    ],
+    ids=["skip-in-the-body", "skip-mark"],
+)
+def test_a_skipped_paid_test_fails_the_run(pytester, old, new):
+    make_project(pytester)
+    _edit_paid_test(pytester, old, new)
+    result = pytester.runpytest("-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*D-1 is paid, but its test was skipped (*not here)*## Owed*"])
+    assert entries(pytester)["D-1"]["last_result"] == "skipped"
+
+
+def test_an_item_bound_to_a_function_pytest_does_not_collect_fails_the_cross_check(pytester):
+    make_project(pytester, spec=SPEC.replace("::test_negative_refused", "::check_negative"))
+    _edit_paid_test(pytester, "def test_negative_refused():", "def check_negative():")
+    result = pytester.runpytest("-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*`tests/test_demo.py::check_negative` is not a test pytest collects*python_functions*"])
+
+
+def test_a_spec_that_became_malformed_leaves_an_unreadable_ledger(pytester):
+    make_project(pytester)
+    assert pytester.runpytest("-p", "no:randomly").ret == 0
+    spec = pytester.path / "specs" / "demo.md"
+    spec.write_text(spec.read_text().replace("# Demo contract", "Demo contract", 1))
+    assert pytester.runpytest("-p", "no:randomly").ret != 0
+    assert "title" in ledger(pytester)["error"] and ledger(pytester)["items"] == []
+
+
+def test_a_mutant_that_patches_nothing_is_a_one_line_error(pytester):
+    make_project(pytester)
+    _edit_paid_test(
+        pytester,
+        '@pytest.mark.paid("D-1", before=negatives_allowed)',
+        '@mutant("D-1/patches-nothing", doc="Forgets to patch.")\ndef patches_nothing(patch):\n'
+        '    Guard.check = Guard.check\n\n\n@pytest.mark.paid("D-1", before=patches_nothing)',
+    )
+    result = pytester.runpytest("-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*mutant D-1/patches-nothing patched nothing*"])
+    assert "contextlib" not in result.stdout.str() and "plugin.py" not in result.stdout.str()

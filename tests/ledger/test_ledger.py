@@ -109,6 +109,10 @@ def test_a_spec_parses_into_items_with_states_lines_and_tests(spec_dir):
             lambda s: s.replace("inside. —", "inside.\n  - nested —"),
             r"demo.md:7: each item is a single paragraph",
         ),
+        (
+            lambda s: s.replace("## Paid\n", "## Paid\n\n### Bounds\n"),
+            r"demo.md:11: ## Paid may only hold one bullet list",
+        ),
     ],
 )
 def test_a_malformed_spec_names_file_and_line(spec_dir, edit, message):
@@ -364,3 +368,9 @@ def test_spec_like_documents_are_recognised_as_the_parser_reads_headings(tmp_pat
     setext = tmp_path / "old.md"
     setext.write_text("# Old\n\nC.\n\nowed\n----\n\npaid\n----\n")
     assert not looks_like_spec(fenced) and looks_like_spec(setext)
+
+
+def test_a_byte_order_mark_before_the_title_is_no_text(spec_dir):
+    path = spec_dir / "demo.md"
+    path.write_bytes(b"\xef\xbb\xbf" + GOOD.encode())
+    assert [i.id for i in parse_spec(path).items] == ["D-2", "D-1"]
