@@ -152,7 +152,8 @@ class CheckReport:
     def render(self) -> str:
         lines = []
         for r in self.results:
-            declared = {None: "undeclared", True: "declared honors", False: "declared not honoring"}[r.declared]
+            declared = {None: "an @entry_point forward, not registered", True: "declared honors",
+                        False: "declared not honoring"}[r.declared]
             mark = "FINDING" if r.finding else "ok"
             lines.append(f"[{mark}] {r.entry}: {r.verdict.value} ({declared}) — {r.file}:{r.line}")
             if r.finding:

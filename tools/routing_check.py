@@ -11,9 +11,11 @@ the registry and of the packages named with ``--module``; the forwards are read,
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
+import pkgutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from tokenstate.checker import (
     CheckerConfig,
@@ -23,11 +25,11 @@ from tokenstate.checker import (
     Verdict,
     check_entry_points,
 )
-from tokenstate.contracts import ConfigError, ContractDefinitionError, get_checks_mode
+from tokenstate.contracts import ConfigError, ContractDefinitionError, EntryPoint, get_checks_mode
 from tokenstate.runtime.cli_support import factories_in, factory_of_model, import_modules
 from tokenstate.runtime.registry import ModelFactory
 
-__all__ = ["add_check_arguments", "check_registry", "main_check", "run_check", "target_of"]
+__all__ = ["add_check_arguments", "check_registry", "entry_points_in", "main_check", "run_check", "target_of"]
 
 
 def _location(fn: object) -> tuple[str, str] | None:
@@ -76,6 +78,12 @@ def check_registry(
     ``selected``, only those factories.
     """
     import_modules(modules)
+    if selected is None and modules and not any(True for _ in _registered_in(modules)):
+        # an engine of its own registers no factory: judge the @entry_point forwards it defines
+        targets = entry_points_in(modules)
+        if not targets:
+            factories_in(modules)  # raises: names what --module expects a package to define
+        return check_entry_points(targets, config)
     chosen = factories_in(modules) if selected is None else list(selected)
     located: dict[str, EntryTarget] = {}
     unlocated: dict[str, EntryResult] = {}  # reported in its place; the other models still checked
@@ -90,6 +98,39 @@ def check_registry(
             )
     checked = check_entry_points(list(located.values()), config).by_entry()
     return CheckReport([unlocated.get(f.name) or checked[f.name] for f in chosen])
+
+
+def _registered_in(modules: Sequence[str]) -> Iterator[ModelFactory]:
+    try:
+        yield from factories_in(modules)
+    except ConfigError:  # none registered
+        return
+
+
+def entry_points_in(modules: Sequence[str]) -> list[EntryTarget]:
+    """The ``@entry_point`` forwards defined at module level in ``modules`` and their submodules
+    (imported here), as checker targets without a declaration: an entry point's input may carry
+    device ids, so reading host ids there is a finding whatever registers it."""
+    for name in modules:
+        package = sys.modules[name]
+        for info in pkgutil.walk_packages(getattr(package, "__path__", []), f"{name}."):
+            try:
+                importlib.import_module(info.name)
+            except Exception as exc:  # the package's own code failed: say which module, as a usage error
+                raise ConfigError(
+                    f"--module {name}: importing its module {info.name} raised {type(exc).__name__}: {exc}; "
+                    f"name the modules that define your forwards instead (--module {name}.model)."
+                ) from exc
+    targets: dict[str, EntryTarget] = {}
+    for module_name, module in sorted(sys.modules.items()):
+        if not any(module_name == m or module_name.startswith(f"{m}.") for m in modules):
+            continue
+        for value in list(vars(module).values()):
+            located = _location(value.__wrapped__) if isinstance(value, EntryPoint) else None
+            if located is not None and located[0] == module_name:  # defined here, not imported
+                entry = ".".join(located)
+                targets[entry] = EntryTarget(name=entry, module=located[0], qualname=located[1], declared=None)
+    return list(targets.values())
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:

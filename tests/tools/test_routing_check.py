@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +127,19 @@ def test_a_forward_the_checker_cannot_locate_is_reported_and_the_others_still_ch
     assert unlocated.entry == "CheckBoundMethod" and unlocated.verdict is Verdict.UNKNOWN
     assert "is not a module-level function" in unlocated.finding
     assert checked.entry == "CheckToyDevice" and checked.verdict is Verdict.HONORS
+
+
+def test_a_package_without_factories_has_its_entry_point_forwards_checked(monkeypatch, capsys) -> None:
+    """An engine of its own registers no ModelFactory: `--module` judges its @entry_point forwards."""
+    own_engine = Path(__file__).resolve().parents[2] / "examples" / "own_engine"
+    monkeypatch.chdir(own_engine)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(own_engine))])
+    try:
+        assert main_check(["--module", "my_engine"]) == 1
+        out = capsys.readouterr().out
+        assert "[ok] my_engine.model.forward: honors (an @entry_point forward, not registered)" in out
+        assert "[FINDING] my_engine.model.forward_reads_host: ignores" in out
+        assert "2 entry point(s) checked, 1 finding(s)." in out
+    finally:
+        for name in [m for m in sys.modules if m == "my_engine" or m.startswith("my_engine.")]:
+            del sys.modules[name]
