@@ -216,7 +216,9 @@ class LedgerPlugin:
             return f"{where}: the specs cannot be read:\n{self._spec_error}"
         spec_item = self.find(item_id)
         if spec_item is None:
-            listed = ", ".join(s.slug for s in self.specs()) or f"none found in {self.spec_dirs}"
+            listed = ", ".join(s.slug for s in self.specs()) or "none: " + ", ".join(
+                f"{d} {'holds no spec document' if d.is_dir() else 'does not exist'}" for d in self.spec_dirs
+            )
             return (
                 f"{where}: orphan marker @pytest.mark.{mark.name}({item_id!r}) names no item of any spec "
                 f"(specs: {listed}); add the item to a spec or fix the id."

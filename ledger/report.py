@@ -45,9 +45,10 @@ def find_ledger(start: Path) -> Path:
         if (folder / DEFAULT_LEDGER).is_file():
             return folder / DEFAULT_LEDGER
     raise ConfigError(
-        f"no ledger: no {DEFAULT_LEDGER} in {start} or any folder above it. Run the test suite "
-        "(`pytest`) first — the tokenstate pytest plugin writes it at pytest's rootdir — or pass "
-        "--ledger PATH."
+        f"no ledger: no {DEFAULT_LEDGER} in {start} or any folder above it. The tokenstate pytest "
+        "plugin writes it at pytest's rootdir after a run that meets spec documents (in the folders "
+        "the tokenstate_specs ini option names; default specs/); run `pytest` (or `pytest "
+        "--tokenstate-spec-tests`) where they are, or pass --ledger PATH."
     )
 
 

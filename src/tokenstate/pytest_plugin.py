@@ -214,8 +214,13 @@ def pytest_configure(config: pytest.Config) -> None:
     named = config.getoption("tokenstate_checks_package")
     if config.getoption("tokenstate_checks") or named:
         _install_checks_hook(config, named)
+    from tokenstate.contracts import ConfigError, get_checks_mode
     from tokenstate.ledger.plugin import LedgerPlugin
 
+    try:
+        get_checks_mode()  # a bad TOKENSTATE_CHECKS is refused once, before any test runs
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
     ledger_option = config.getoption("tokenstate_ledger")
     ledger_path = (
         config.invocation_params.dir / ledger_option  # as typed: relative to where pytest ran

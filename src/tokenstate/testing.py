@@ -143,8 +143,20 @@ def _describe_report(report: Any) -> str:
 
 
 def _assert_engine(generate: EngineGenerate, prompts: list[list[int]]) -> dict[str, list[list[int]]]:
+    import inspect
+
     from tokenstate.contracts import ConfigError
 
+    try:
+        inspect.signature(generate).bind(prompts, False)
+    except TypeError as exc:
+        raise ConfigError(
+            f"assert_async_equals_sync: generate(prompts, async_scheduling) is called with two positional "
+            f"arguments, which {getattr(generate, '__qualname__', generate)!r} does not take ({exc}); "
+            "give it that signature (a keyword-only async_scheduling cannot be passed positionally)."
+        ) from None
+    except ValueError:  # a builtin or C callable without a signature: just call it
+        pass
     outputs: dict[str, list[list[int]]] = {}
     for path, async_scheduling in (("sync", False), ("async", True)):
         try:
@@ -152,11 +164,21 @@ def _assert_engine(generate: EngineGenerate, prompts: list[list[int]]) -> dict[s
         except ConfigError:
             raise
         except Exception as exc:  # a contract error, or the engine's own (torch's IndexError at a placeholder)
+            if path == "sync":  # the reference itself failed: there is nothing to compare against
+                raise AssertionError(
+                    f"the sync path, the reference, raised {type(exc).__name__}: {exc}; nothing was compared "
+                    "— the engine fails without async scheduling too."
+                ) from exc
             raise AssertionError(
                 f"async scheduling diverged from sync scheduling: the {path} path raised "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         outputs[path] = _token_lists(got, len(prompts), async_scheduling)
+        if path == "sync" and not any(outputs[path]):
+            raise ConfigError(
+                "assert_async_equals_sync: generate(prompts, async_scheduling=False) generated no token for "
+                "any prompt, so there is nothing to compare; generate at least one token per prompt."
+            )
     problems = []
     for i, (sync, async_) in enumerate(zip(outputs["sync"], outputs["async"], strict=True)):
         if sync != async_:

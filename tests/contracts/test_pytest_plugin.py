@@ -557,3 +557,11 @@ def test_a_mutant_that_patches_nothing_is_a_one_line_error(pytester):
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*mutant D-1/patches-nothing patched nothing*"])
     assert "contextlib" not in result.stdout.str() and "plugin.py" not in result.stdout.str()
+
+
+def test_a_bad_checks_mode_in_the_environment_is_refused_before_any_test_runs(pytester, monkeypatch):
+    make_project(pytester)
+    monkeypatch.setenv("TOKENSTATE_CHECKS", "bogus")
+    result = pytester.runpytest_subprocess("-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*TOKENSTATE_CHECKS='bogus' is not a checks mode; valid values: off, boundary, full*"])

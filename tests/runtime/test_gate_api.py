@@ -134,3 +134,25 @@ def test_own_engine_refuses_the_options_it_would_ignore(kwargs, message):
 def test_registered_model_options_are_checked(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         assert_async_equals_sync(toy_factory(), **kwargs)
+
+
+def test_an_own_engine_whose_reference_path_fails_compared_nothing():
+    def generate(prompts, async_scheduling):
+        raise RuntimeError("out of memory")
+
+    with pytest.raises(AssertionError, match=r"the sync path, the reference, raised RuntimeError: out of memory; nothing was compared") as exc:
+        assert_async_equals_sync(generate, [[1]])
+    assert "diverged" not in str(exc.value)
+
+
+def test_an_own_engine_generate_that_cannot_take_prompts_and_the_flag_positionally_is_refused():
+    def generate(prompts, *, async_scheduling):
+        return [[1] for _ in prompts]
+
+    with pytest.raises(ConfigError, match=r"generate\(prompts, async_scheduling\) is called with two positional"):
+        assert_async_equals_sync(generate, [[1]])
+
+
+def test_an_own_engine_that_generates_no_token_compared_nothing():
+    with pytest.raises(ConfigError, match=r"generated no token for any prompt.*nothing to compare"):
+        assert_async_equals_sync(lambda prompts, a: [[] for _ in prompts], [[1], [2]])
