@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from tokenstate.checker.evaluate import STATE_DUMPS, element_of, host_kind
 from tokenstate.checker.frame import Event, Frame, Summary
+from tokenstate.checker.guards import expression_path, fresh_row_fact
 from tokenstate.checker.resolve import decorator_names
 from tokenstate.checker.values import (
     NO_KEY,
@@ -352,7 +353,9 @@ class CallMixin:
             return self.origin(frame, "device", "inp.embedding_ids()", node)
         host = isinstance(base, Tokens) and base.kind == "host"
         if host and name == "row_ids":
-            return self.host_read(frame, host_kind(frame, base), "inp.host_tokens.row_ids()", node)
+            row = expression_path(node.args[0]) if isinstance(node, ast.Call) and node.args else None
+            kind = "host_fresh" if row is not None and fresh_row_fact(row) in frame.narrow else host_kind(frame, base)
+            return self.host_read(frame, kind, "inp.host_tokens.row_ids()", node)
         if host and name == "placeholder_buffer":
             return self.host_read(frame, "host_raw", "inp.host_tokens.placeholder_buffer()", node)
         if host and name in STATE_DUMPS:  # the slots' state: the raw buffer, placeholders in

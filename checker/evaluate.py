@@ -20,7 +20,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from tokenstate.checker.frame import Frame, buffer_cell, class_cell, module_cell
-from tokenstate.checker.guards import Facts, expression_path, is_none_compare
+from tokenstate.checker.guards import STALE_ROWS, Facts, expression_path, is_none_compare
 from tokenstate.checker.sources import ModuleInfo
 from tokenstate.checker.values import (
     METADATA_ATTRS,
@@ -270,7 +270,7 @@ class ExprMixin:
             if name == "embedding_ids":
                 return Bound(base, name)
             if name == "has_stale_rows":  # false: no row is spliced, host ids are fresh
-                return Flag(fresh_if_true=False, fresh_if_false=True)
+                return STALE_ROWS
             return OPAQUE
         if isinstance(base, Tokens):
             if name == "ids":
@@ -278,7 +278,7 @@ class ExprMixin:
                     return self.origin(frame, "device", "inp.device_tokens.ids", node)
                 return self.host_read(frame, host_kind(frame, base), "inp.host_tokens.ids", node)
             if name in STALE_TESTS and base.kind == "host":  # empty / false: every host id is fresh
-                return Flag(fresh_if_true=False, fresh_if_false=True)
+                return STALE_ROWS
             if name in ("row_ids", "placeholder_buffer") or (name in STATE_DUMPS and base.kind == "host"):
                 return Bound(base, name)
             if name == "_ids" and base.kind == "host":  # the private buffer: the raw read, bypassed

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from tokenstate.checker.evaluate import element_of
 from tokenstate.checker.frame import Frame, buffer_cell, class_cell, module_cell
-from tokenstate.checker.guards import Facts, meet
+from tokenstate.checker.guards import Facts, fresh_row_fact, meet
 from tokenstate.checker.values import (
     NO_KEY,
     OPAQUE,
@@ -316,6 +316,8 @@ class StmtMixin:
                 frame.write_cell(module_cell(frame, target.id), value)
             else:
                 frame.env[target.id] = value
+            if fresh_row_fact(target.id) in frame.narrow:  # another row now: what held of the old one does not
+                frame.narrow = {k: v for k, v in frame.narrow.items() if k != fresh_row_fact(target.id)}
         elif isinstance(target, ast.Tuple | ast.List):
             starred = any(isinstance(e, ast.Starred) for e in target.elts)
             pairwise = isinstance(value, Seq) and value.items is not None and len(value.items) == len(target.elts)

@@ -24,6 +24,7 @@ from tokenstate.checker.values import (
     Func,
     FuncInfo,
     GenCM,
+    Input,
     Instance,
     MapV,
     Partial,
@@ -49,6 +50,9 @@ _PLAIN_BUILTINS = frozenset(
 _SEQ_BUILTINS = frozenset("list tuple reversed sorted iter set frozenset filter".split())
 _COPIES = frozenset({"copy.deepcopy", "copy.copy"})
 _TEXT_RUNNERS = frozenset({"builtins.eval", "builtins.exec"})
+_REPLACES = frozenset({"dataclasses.replace", "copy.replace"})
+_TOKEN_FIELDS = frozenset({"host_tokens", "device_tokens"})
+"""Fields of the forward input that carry the step's tokens: replaced, the input is another one."""
 HIDDEN = "runs it out of the checker's sight"
 ALTERNATE_CONSTRUCTORS = frozenset({"from_pretrained", "from_config"})
 """Class methods of external classes that return an instance of the class."""
@@ -346,6 +350,8 @@ class ExternalMixin:
             return MapV(first.values, first.items) if isinstance(first, MapV) else MapV(OPAQUE)
         if dotted in _COPIES and args:
             return first
+        if dotted in _REPLACES and isinstance(first, Input) and not {k for k, _ in kwargs} & _TOKEN_FIELDS:
+            return first  # dataclasses.replace(inp, positions=...): a new input with the step's tokens
         if dotted == "typing.cast" and len(args) == 2:
             return args[1]
         if dotted == "types.MethodType" and len(args) == 2 and isinstance(first, Func) and first.bound is None:

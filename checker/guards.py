@@ -33,7 +33,7 @@ from tokenstate.checker.values import (
 if TYPE_CHECKING:
     from tokenstate.checker.engine import Analyzer
 
-__all__ = ["Facts", "GuardMixin", "expression_path", "facts_of_value", "is_none_compare", "meet"]
+__all__ = ["STALE_ROWS", "Facts", "GuardMixin", "expression_path", "facts_of_value", "fresh_row_fact", "is_none_compare", "meet"]
 
 
 class Facts(NamedTuple):
@@ -73,6 +73,14 @@ class GuardMixin:
         if is_none_compare(test):
             assert isinstance(test, ast.Compare)
             return self.none_compare_facts(frame, test)
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.In | ast.NotIn):
+            row, rows = expression_path(test.left), self.eval(frame, test.comparators[0])
+            self.eval(frame, test.left)
+            if row is not None and rows == STALE_ROWS:
+                # `r in inp.host_tokens.stale_rows`: where it is false, row r's host ids are real
+                fresh_row = Facts(False, {fresh_row_fact(row): rows})
+                return (_NOTHING, fresh_row) if isinstance(test.ops[0], ast.In) else (fresh_row, _NOTHING)
+            return _NOTHING, _NOTHING
         if (
             isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"
             and len(test.args) == 2
@@ -133,6 +141,17 @@ def meet(outcomes: list[tuple[bool, dict[str, Value]]]) -> tuple[bool, dict[str,
     fresh = all(f for f, _ in outcomes)
     first = outcomes[0][1]
     return fresh, {k: v for k, v in first.items() if all(n.get(k) == v for _, n in outcomes[1:])}
+
+
+STALE_ROWS = Flag(fresh_if_true=False, fresh_if_false=True)
+"""What ``inp.host_tokens.stale_rows`` (or ``has_stale``) evaluates to: empty exactly when every
+host id is fresh; the right side of an ``in`` test, it is the rows with spliced ids."""
+
+
+def fresh_row_fact(row: str) -> str:
+    """The narrowing key of the fact "row ``row`` (an expression path) has no spliced id" (never an
+    expression path itself, so no attribute read finds it)."""
+    return f"fresh row {row}"
 
 
 def is_none_compare(test: ast.expr) -> bool:

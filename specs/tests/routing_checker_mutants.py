@@ -896,3 +896,13 @@ def hook_trials_count_only_reads(patch: MutantPatch) -> None:
 def module_and_class_state_read_as_defined(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "is_module_global", lambda self, frame, name: False)
     patch.setattr(Analyzer, "kept_on_the_class", lambda self, frame, info, name: None)
+
+
+@mutant(
+    "RCK-63/rows-and-replaced-inputs-unseen",
+    doc="`r in inp.host_tokens.stale_rows` says nothing of row r, so `row_ids(r)` on its false side is "
+    "a stale read; `dataclasses.replace(inp, positions=...)` hands the input to code out of sight.",
+)
+def rows_and_replaced_inputs_unseen(patch: MutantPatch) -> None:
+    patch.setattr(calls_module, "fresh_row_fact", lambda row: "no fact is kept for a row")
+    patch.setattr(externals_module, "_REPLACES", frozenset())

@@ -79,6 +79,7 @@ from .routing_checker_mutants import (
     raised_tokens_dropped,
     registries_indexed_as_data,
     replaced_init_followed_and_constants_unread,
+    rows_and_replaced_inputs_unseen,
     single_dispatch_is_a_plain_decorator,
     stale_row_tests_are_not_values,
     stale_rows_tuple_is_data,
@@ -480,3 +481,8 @@ def test_a_hook_reaching_the_raw_buffer_through_gc_is_not_plain():
 @pytest.mark.paid("RCK-62", before=module_and_class_state_read_as_defined)
 def test_state_kept_in_globals_and_class_attributes_is_not_fresh_on_later_calls():
     assert_zoo("state kept beyond the call", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-63", before=rows_and_replaced_inputs_unseen)
+def test_per_row_stale_tests_and_replaced_inputs_are_followed():
+    assert_zoo("per-row stale tests and rebuilt inputs", {"honors", "ignores", "unknown"})

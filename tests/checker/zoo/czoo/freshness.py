@@ -1,5 +1,8 @@
 """Freshness guards the checker must recognise: isinstance on the device tokens, helper predicates."""
 
+import dataclasses
+
+import torch
 from torch import Tensor
 
 from czoo.servable import ServableLM
@@ -170,3 +173,41 @@ def getattr_device_ids_or_none_inverted(model: ServableLM, inp: ForwardInput) ->
     if ids is not None:
         ids = inp.host_tokens.ids
     return model.logits(model.embed(ids if ids is not None else inp.embedding_ids()), inp)
+
+
+# -- per-row tests and rebuilt inputs -------------------------------------------------------------
+
+
+@entry_point
+def host_ids_of_fresh_rows_only(model: ServableLM, inp: ForwardInput) -> Tensor:
+    stale_rows = inp.host_tokens.stale_rows
+    parts = []
+    for r, row in enumerate(inp.layout.rows):
+        if r in stale_rows:  # spliced: its ids are on the device
+            parts.append(inp.device_tokens.ids[row.start : row.end])
+        else:  # no spliced id in this row: its host ids are real
+            parts.append(inp.host_tokens.row_ids(r))
+    return model.logits(model.embed(torch.cat(parts)), inp)
+
+
+@entry_point
+def host_ids_of_stale_rows(model: ServableLM, inp: ForwardInput) -> Tensor:
+    parts = []
+    for r, row in enumerate(inp.layout.rows):
+        if r not in inp.host_tokens.stale_rows:
+            parts.append(inp.embedding_ids()[row.start : row.end])
+        else:
+            parts.append(inp.host_tokens.row_ids(r))
+    return model.logits(model.embed(torch.cat(parts)), inp)
+
+
+@entry_point
+def replaced_input_keeps_its_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    inp = dataclasses.replace(inp, positions=inp.positions.clone())
+    return model.logits(model.embed(inp.embedding_ids()), inp)
+
+
+@entry_point
+def replaced_input_without_its_device_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    bare = dataclasses.replace(inp, device_tokens=None)  # its tokens are not the step's
+    return model.logits(model.embed(bare.embedding_ids()), inp)
