@@ -169,7 +169,9 @@ def test_an_engine_starts_with_its_kv_caches_backed() -> None:
     caches = [t for layer in llm.model.model.layers for t in (layer.self_attn.k_cache, layer.self_attn.v_cache)]
     assert all(huge_page_backing(c).advised for c in caches)
     assert lazy_page_bytes(llm.model) == 0
-    assert _faults_to_write(caches[0]) < 4  # unbacked: one fault per huge page or 512 per 2 MiB
+    # unbacked: 512 faults per 2 MiB of small pages; backed, a few at most (torch's own, a page the
+    # kernel reclaimed meanwhile: 5 were seen on a loaded machine)
+    assert _faults_to_write(caches[0]) < 64
     # The device process backs its own copies; the host's, made before the fork, stay unbacked.
     forked = LLM("tiny-llama", max_num_seqs=8, cpu_stream="process")
     stream = forked._engine.runner.stream
