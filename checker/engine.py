@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from tokenstate.checker.calls import FORWARD_HOOK, HOST_READ, RAW_READ, SPREAD, CallMixin
 from tokenstate.checker.config import CheckerConfig, SinkSpec
 from tokenstate.checker.evaluate import ExprMixin
-from tokenstate.checker.execute import CONSTRUCTORS, StmtMixin
+from tokenstate.checker.execute import StmtMixin
 from tokenstate.checker.externals import HIDDEN, ExternalMixin
 from tokenstate.checker.frame import Event, Frame, Summary
 from tokenstate.checker.guards import GuardMixin
@@ -90,17 +90,17 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         ret = join(*frame.returns) if frame.returns else OPAQUE
         if yielded and "contextmanager" not in self.decorators(func):
             ret = Seq(None, frame.yield_value or OPAQUE)  # a generator: iterating gives what it yields
-        # What it assigned on its receiver outlives the call: fresh host ids or tokens of this call
-        # are not fresh for whoever reads them back later. A constructor's object is new.
-        constructing = getattr(info.node, "name", "") in CONSTRUCTORS
+        # What it assigned on its receiver and other objects is handed to its caller as made: the
+        # caller reads it in the same forward call. It goes stale on a path of a call that did not
+        # write it (Frame.merge) and in the next forward call (analyse_entry's second pass).
         return Summary(
             ret,
             tuple(frame.events.values()),
             tuple(frame.writes.items()),
-            tuple((k, v if constructing else stored_beyond_the_call(v)) for k, v in frame.self_writes.items()),
+            tuple(frame.self_writes.items()),
             None if frame.yield_writes is None else tuple(frame.yield_writes.items()),
             frame.yield_value,
-            _kept(frame.obj_writes),
+            tuple((info, tuple(writes.items())) for info, writes in frame.obj_writes.items()),
         )
 
     def is_generator(self, node: ast.AST) -> bool:
@@ -205,7 +205,10 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         # again, so a second call sees them. Ids kept are left out: read in their own step they
         # are that step's real ids, whatever reads them later.
         kept = {
-            info: {name: _token_objects(value) for name, value in writes if carries_tokens(value, ids=False)}
+            info: {
+                name: _token_objects(stored_beyond_the_call(value))
+                for name, value in writes if carries_tokens(value, ids=False)
+            }
             for info, writes in summary.obj_writes
         }
         if any(kept.values()):
@@ -227,7 +230,9 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         if entry == func:
             return self.analyse(func, args, (), {}, False, 0)
         self.call(frame, entry, args, (), at)
-        return Summary(OPAQUE, tuple(frame.events.values()), (), (), None, None, _kept(frame.obj_writes))
+        return Summary(OPAQUE, tuple(frame.events.values()), (), (), None, None, tuple(
+            (info, tuple(writes.items())) for info, writes in frame.obj_writes.items()
+        ))
 
     def find_function(self, target: EntryTarget) -> Func | Unknown:
         head, *rest = target.qualname.split(".")
@@ -307,15 +312,6 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
             elif isinstance(part, Unknown):
                 routes.append(Route("unknown", event.hops, event.sink, _describe_unknown(part)))
         return routes
-
-
-def _kept(obj_writes: dict[ClassInfo, dict[str, Value]]) -> tuple[tuple[ClassInfo, tuple[tuple[str, Value], ...]], ...]:
-    """A call's attribute writes on objects other than its receiver, as whoever reads them after
-    the call sees them: what was fresh in the call is not any more."""
-    return tuple(
-        (info, tuple((name, stored_beyond_the_call(value)) for name, value in writes.items()))
-        for info, writes in obj_writes.items()
-    )
 
 
 def _token_objects(value: Value) -> Value:

@@ -906,3 +906,27 @@ def module_and_class_state_read_as_defined(patch: MutantPatch) -> None:
 def rows_and_replaced_inputs_unseen(patch: MutantPatch) -> None:
     patch.setattr(calls_module, "fresh_row_fact", lambda row: "no fact is kept for a row")
     patch.setattr(externals_module, "_REPLACES", frozenset())
+
+
+@mutant(
+    "RCK-64/writes-handed-out-stale",
+    doc="What a method assigns on its receiver or on other objects goes stale as its summary hands it "
+    "to the caller: ids a method stages on every path for the forward to read in the same call look "
+    "like an earlier call's.",
+)
+def writes_handed_out_stale(patch: MutantPatch) -> None:
+    from tokenstate.checker.values import stored_beyond_the_call
+
+    original = Analyzer.analyse
+
+    def analyse(self, func, args, kwargs, published, fresh, depth):  # type: ignore[no-untyped-def]
+        summary = original(self, func, args, kwargs, published, fresh, depth)
+        if getattr(func.info.node, "name", "") in ("__init__", "__new__", "__post_init__"):
+            return summary
+        return dataclasses.replace(
+            summary,
+            self_writes=tuple((k, stored_beyond_the_call(v)) for k, v in summary.self_writes),
+            obj_writes=tuple((i, tuple((k, stored_beyond_the_call(v)) for k, v in w)) for i, w in summary.obj_writes),
+        )
+
+    patch.setattr(Analyzer, "analyse", analyse)

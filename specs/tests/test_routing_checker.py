@@ -91,6 +91,7 @@ from .routing_checker_mutants import (
     thread_jobs_called_out_of_sight,
     to_device_loses_the_class,
     tokens_sent_into_generators_dropped,
+    writes_handed_out_stale,
 )
 from .routing_checker_runtime import run_async, watch_placeholder_reads, zoo_on_path
 
@@ -486,3 +487,8 @@ def test_state_kept_in_globals_and_class_attributes_is_not_fresh_on_later_calls(
 @pytest.mark.paid("RCK-63", before=rows_and_replaced_inputs_unseen)
 def test_per_row_stale_tests_and_replaced_inputs_are_followed():
     assert_zoo("per-row stale tests and rebuilt inputs", {"honors", "ignores", "unknown"})
+
+
+@pytest.mark.paid("RCK-64", before=writes_handed_out_stale)
+def test_ids_one_method_stages_are_read_by_another_in_the_same_call():
+    assert_zoo("state staged by one call, read by another", {"honors", "ignores"})

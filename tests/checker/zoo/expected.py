@@ -223,6 +223,9 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.persistent", "type_attribute_keeps_host_ids_of_fresh_steps"): ("ignores", "state kept beyond the call"),
     ("czoo.persistent", "model_buffer_filled_on_every_path_by_the_forward"): ("honors", "state kept beyond the call"),
     ("czoo.persistent", "model_buffer_filled_on_fresh_steps_by_the_forward"): ("ignores", "state kept beyond the call"),
+    ("czoo.persistent", "one_method_stages_the_ids_another_reads"): ("honors", "state staged by one call, read by another"),
+    ("czoo.persistent", "a_method_fills_the_buffer_the_forward_embeds"): ("honors", "state staged by one call, read by another"),
+    ("czoo.persistent", "a_method_stages_on_fresh_steps_only"): ("ignores", "state staged by one call, read by another"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -238,4 +241,7 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.persistent", "type_attribute_keeps_host_ids_of_fresh_steps"): ("czoo.persistent", "build_remembers"),
     ("czoo.persistent", "model_buffer_filled_on_every_path_by_the_forward"): ("czoo.persistent", "build_staging"),
     ("czoo.persistent", "model_buffer_filled_on_fresh_steps_by_the_forward"): ("czoo.persistent", "build_staging"),
+    ("czoo.persistent", "one_method_stages_the_ids_another_reads"): ("czoo.persistent", "build_staged"),
+    ("czoo.persistent", "a_method_fills_the_buffer_the_forward_embeds"): ("czoo.persistent", "build_staged"),
+    ("czoo.persistent", "a_method_stages_on_fresh_steps_only"): ("czoo.persistent", "build_staged"),
 }

@@ -126,3 +126,52 @@ def model_buffer_filled_on_fresh_steps_by_the_forward(model: StagingLM, inp: For
     if not inp.has_stale_rows:
         model.input_ids[:n].copy_(inp.host_tokens.ids)
     return model.logits(model.embed(model.input_ids[:n]), inp)
+
+
+class StagedLM(ServableLM):
+    """Methods that stage a step's ids on the model for the forward to read (vLLM's
+    ``_prepare_inputs``, then the run)."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.step_ids: Tensor | None = None
+        self.input_ids = torch.zeros(4096, dtype=torch.long)  # [max_tokens]
+
+    def stage(self, inp: ForwardInput) -> None:
+        if inp.device_tokens is None:
+            self.step_ids = inp.host_tokens.ids
+        else:
+            self.step_ids = inp.device_tokens.ids
+
+    def fill(self, inp: ForwardInput) -> None:
+        n = inp.num_tokens
+        if inp.device_tokens is None:
+            self.input_ids[:n].copy_(inp.host_tokens.ids)
+        else:
+            self.input_ids[:n].copy_(inp.device_tokens.ids)
+
+    def stage_fresh_steps_only(self, inp: ForwardInput) -> None:
+        if not inp.has_stale_rows:
+            self.step_ids = inp.host_tokens.ids
+
+
+def build_staged(config: dict, *, device: torch.device, seed: int) -> StagedLM:
+    return StagedLM(config).to(device)
+
+
+@entry_point
+def one_method_stages_the_ids_another_reads(model: StagedLM, inp: ForwardInput) -> Tensor:
+    model.stage(inp)
+    return model.logits(model.embed(model.step_ids), inp)
+
+
+@entry_point
+def a_method_fills_the_buffer_the_forward_embeds(model: StagedLM, inp: ForwardInput) -> Tensor:
+    model.fill(inp)
+    return model.logits(model.embed(model.input_ids[: inp.num_tokens]), inp)
+
+
+@entry_point
+def a_method_stages_on_fresh_steps_only(model: StagedLM, inp: ForwardInput) -> Tensor:
+    model.stage_fresh_steps_only(inp)
+    return model.logits(model.embed(fit(model.step_ids, inp.num_tokens)), inp)
