@@ -195,10 +195,11 @@ class CallMixin:
         """Analysed code registered as a forward hook: torch runs it inside a module's call, with
         whatever the model holds then. A plain function (not a method: the model's state at
         forward time is not what it is here) that holds neither the input nor an object that may
-        hold it, and whose trial reaches nothing but stores of what it is given (transformers'
-        ``requires_grad_`` and output-capturing hooks; see :func:`_only_stores`), cannot change
-        what the forward embeds; any other is an ``unknown`` route, kept even when the model's
-        construction registered it."""
+        hold it, and whose trial reaches nothing but stores of what it is given into containers
+        the checker cannot read (transformers' ``requires_grad_`` and output-capturing hooks; see
+        :func:`_only_stores`) — not into a module-level list or an object the forward may read
+        back — cannot change what the forward embeds; any other is an ``unknown`` route, kept even
+        when the model's construction registered it."""
         scratch = Frame(frame.func, frame.module, frame.file, {}, dict(frame.published), False, frame.depth)
         arity = 2 if "pre" in registration else 3  # (module, args) / (module, args, output)
         plain = all(
@@ -209,8 +210,9 @@ class CallMixin:
         for hook in hooks if plain else ():
             # a container it closes over may be filled by the forward before torch runs it
             self.call(scratch, _filled_by_the_forward(hook), hook_arguments(arity), (), node)  # type: ignore[arg-type]
-        if plain and _only_stores(scratch.events.values()):
-            return
+        kept = [*scratch.writes.values(), *(v for w in scratch.obj_writes.values() for v in w.values())]
+        if plain and _only_stores(scratch.events.values()) and not any(carries_tokens(v, ids=False) for v in kept):
+            return  # what it stores, it stores out of the forward's reach
         hook = self.unknown(frame, f"registers a forward hook ({registration}) that reads host ids or hands the input to code out of the checker's sight", node)
         frame.add_event(Event("unresolved", hook, FORWARD_HOOK, (frame.hop(getattr(node, "lineno", 0)),)))
 
@@ -252,7 +254,22 @@ class CallMixin:
                 owner = frame.func.owner if frame.func is not None else None
                 receiver = frame.self_value or OPAQUE
             return Super(owner, receiver) if isinstance(owner, ClassInfo) else self.unknown(frame, "super() outside a method", node)
-        return self.call(frame, func, tuple(args), kwargs, node)
+        if func == External("builtins.setattr") and len(node.args) == 3:
+            names = self.constant_names(frame, node.args[1])
+            if names is not None and len(names) == 1:  # setattr(obj, "name", v): the assignment it spells
+                self.assign(frame, ast.Attribute(value=node.args[0], attr=names[0], ctx=ast.Store()), args[2])
+                return OPAQUE
+        written = join(*(taint(v) for v in args), *(taint(v) for k, v in kwargs if k != "out"))
+        if isinstance(node.func, ast.Attribute) and node.func.attr in IN_PLACE_WRITES and has_ids(written):
+            self.write_into(frame, node.func.value, written)  # buf[:n].copy_(ids), buf.index_copy_(0, i, ids)
+            return OPAQUE
+        if func == External("torch.Tensor.copy_") and len(node.args) >= 2 and has_ids(args[1]):
+            self.write_into(frame, node.args[0], args[1])  # torch.Tensor.copy_(dst, src), unbound
+        result = self.call(frame, func, tuple(args), kwargs, node)
+        out = next((kw.value for kw in node.keywords if kw.arg == "out"), None)
+        if out is not None and has_ids(written):  # torch.index_select(ids, 0, idx, out=buf): buf holds them
+            self.write_into(frame, out, written)
+        return result
 
     def read_named_attribute(self: Analyzer, frame: Frame, base: Value, name_expr: ast.expr, default: tuple[Value, ...], node: ast.Call) -> Value:
         """``getattr(base, name[, default])`` and ``base.__getattribute__(name)``: the attribute,
@@ -373,13 +390,10 @@ class CallMixin:
             if name in ("get", "pop"):
                 return self.read_cell(frame, base.name, node)
             return OPAQUE
-        if name == "copy_" and args and has_ids(args[0]) and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            self.write_into(frame, node.func.value, args[0])  # buf[:n].copy_(ids): filled in place
-            return OPAQUE
         if isinstance(base, MapV | Seq) and name in _FILLS and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             filled = _filled(base, name, args, kwargs, node)
             if filled is not None and isinstance(node.func.value, ast.Name | ast.Attribute):
-                self.assign(frame, node.func.value, filled)  # the container, filled in place
+                self.fill_in_place(frame, node.func.value, filled)  # the container, filled in place
                 if name != "setdefault":
                     return OPAQUE
                 base = filled
@@ -480,6 +494,10 @@ class CallMixin:
         elif isinstance(func.bound, Instance) and not func.info.qualname.endswith(".__init__"):
             # `model.prepare(inp)` then `model.run()`: what prepare assigned on self is seen by run
             frame.record_writes(func.bound.info, summary.self_writes)
+        for name, value in summary.param_fills:  # copy_into(model.input_ids, ids): the buffer holds them
+            given = _argument_given(func, node, name)
+            if given is not None:
+                self.write_into(frame, given, value)
         return summary
 
     def instantiate(self: Analyzer, frame: Frame, cls: ClassInfo, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
@@ -602,6 +620,8 @@ def is_code(value: Value) -> bool:
     return isinstance(value, Func | Instance | Partial | ClassRef | GenCM)
 
 
+IN_PLACE_WRITES = frozenset({"copy_", "index_copy_", "scatter_", "index_put_", "masked_scatter_", "put_"})
+"""Tensor methods that write what they are given into the tensor they are called on."""
 _FILLS = frozenset({"append", "insert", "extend", "update", "setdefault"})
 """Container methods that put values into the container they are called on."""
 
@@ -665,6 +685,23 @@ def _only_stores(trial: Iterable[Event]) -> bool:
     (transformers' output collector): no embedding, no host read, and no hand-off of the input or
     its tokens to code out of sight (``gc.get_referents(tokens)`` reaches the raw buffer)."""
     return all(e.kind == "unresolved" and e.sink == STORE for e in trial)
+
+
+def _argument_given(func: Func, node: ast.AST, param: str) -> ast.expr | None:
+    """The argument expression of call ``node`` that ``func``'s parameter ``param`` receives, where
+    ``node`` is a plain call of ``func`` by its name (not through a partial, a runner or ``*args``)."""
+    called = getattr(node.func, "attr", getattr(node.func, "id", None)) if isinstance(node, ast.Call) else None
+    if not isinstance(node, ast.Call) or called is None or called != getattr(func.info.node, "name", None):
+        return None
+    keyword = next((kw.value for kw in node.keywords if kw.arg == param), None)
+    if keyword is not None:
+        return keyword
+    spec = func.info.node.args
+    names = [p.arg for p in [*spec.posonlyargs, *spec.args]][1 if func.bound is not None else 0 :]
+    index = names.index(param) if param in names else -1
+    if 0 <= index < len(node.args) and not any(isinstance(a, ast.Starred) for a in node.args[: index + 1]):
+        return node.args[index]
+    return None
 
 
 def hook_arguments(arity: int) -> tuple[Value, ...]:

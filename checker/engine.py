@@ -101,6 +101,7 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
             None if frame.yield_writes is None else tuple(frame.yield_writes.items()),
             frame.yield_value,
             tuple((info, tuple(writes.items())) for info, writes in frame.obj_writes.items()),
+            tuple(frame.param_fills.items()),
         )
 
     def is_generator(self, node: ast.AST) -> bool:
@@ -142,6 +143,7 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
             if param.arg not in env:
                 default = defaults.get(param.arg)
                 env[param.arg] = OPAQUE if default is None else self.eval(module_frame, default)
+        frame.params = frozenset(p.arg for p in [*positional, *spec.kwonlyargs])
         if func.info.owner is not None and positional and "staticmethod" not in self.decorators(func):
             frame.self_name = positional[0].arg
             frame.self_value = env.get(frame.self_name)

@@ -242,18 +242,31 @@ class ExprMixin:
             return self.unknown(frame, f"reads scope global {cell} where no enclosing scope publishes it", node)
         if name == "super" and frame.func is not None:
             return External("builtins.super")
-        filled = buffer_cell(frame, name)
-        if filled in frame.published:  # a module-level buffer this call filled in place
-            return frame.published[filled]
-        return self.resolve_global(frame.module.name, name)
+        value = self.resolve_global(frame.module.name, name)
+        if frame.published:  # a module-level buffer or container this call filled in place
+            variable = self.module_variable(frame.module.name, name) or _external_variable(value)
+            if variable is not None and buffer_cell(variable) in frame.published:
+                return frame.published[buffer_cell(variable)]
+        return value
 
-    def is_module_global(self: Analyzer, frame: Frame, name: str) -> bool:
-        """Whether ``name`` in ``frame`` is a variable of its module (not a local, a closure's, an
-        import or a def)."""
-        return (
-            name not in frame.env and name not in frame.closure
-            and isinstance(frame.module.bindings.get(name), ast.Assign | ast.AnnAssign)
-        )  # fmt: skip
+    def filled_variable(self: Analyzer, frame: Frame, expr: ast.expr) -> str | None:
+        """The module-level variable (``module.NAME``, where it is assigned) that ``expr`` names
+        when it is filled in place: a module-level name of ``frame``'s module (imported ones
+        followed to their module) or ``module.NAME`` on an imported module; else None (a local, a
+        closure's, an attribute of an object)."""
+        if isinstance(expr, ast.Name):
+            if expr.id in frame.env or expr.id in frame.closure:
+                return None
+            return self.module_variable(frame.module.name, expr.id) or _external_variable(
+                self.resolve_global(frame.module.name, expr.id)
+            )
+        if isinstance(expr, ast.Attribute):
+            base = self.eval(frame, expr.value)
+            if isinstance(base, ModuleRef):
+                return self.module_variable(base.name, expr.attr)
+            if isinstance(base, External) and not base.instance:  # a module the checker does not read
+                return f"{base.dotted}.{expr.attr}"
+        return None
 
     def read_cell(self: Analyzer, frame: Frame, cell: str, node: ast.AST) -> Value:
         if cell in frame.published:
@@ -310,8 +323,13 @@ class ExprMixin:
         if isinstance(base, Super):
             return self.super_attribute(frame, base, name, node)
         if isinstance(base, ModuleRef):
+            variable = self.module_variable(base.name, name) if frame.published else None
+            if variable is not None and buffer_cell(variable) in frame.published:  # filled in place here
+                return frame.published[buffer_cell(variable)]
             return self.resolve_global(base.name, name)
         if isinstance(base, External):
+            if not base.instance and buffer_cell(f"{base.dotted}.{name}") in frame.published:
+                return frame.published[buffer_cell(f"{base.dotted}.{name}")]  # filled in place here
             return Bound(base, name) if base.instance else External(f"{base.dotted}.{name}")
         if isinstance(base, Cell):
             if base.kind == "local":
@@ -421,3 +439,9 @@ class ExprMixin:
             self.sink(frame, "table[ids] gather", index, node)
             return OPAQUE
         return join(taint(base), taint(index))
+
+
+def _external_variable(value: Value) -> str | None:
+    """The dotted name of a module-level object of a module the checker does not read
+    (``from buffers import INPUT_IDS``), which a forward may fill in place."""
+    return value.dotted if isinstance(value, External) and not value.instance else None

@@ -66,6 +66,8 @@ class StmtMixin:
             value = self.eval(frame, stmt.value)
             for target in stmt.targets:
                 self.assign(frame, target, value)
+                if isinstance(target, ast.Name) and isinstance(stmt.value, ast.Attribute | ast.Name):
+                    frame.aliases[target.id] = stmt.value  # buf = model.input_ids: buf's fills are its
         elif isinstance(stmt, ast.AnnAssign):
             if stmt.value is not None:
                 self.assign(frame, stmt.target, self.eval(frame, stmt.value))
@@ -312,6 +314,7 @@ class StmtMixin:
 
     def assign(self: Analyzer, frame: Frame, target: ast.expr, value: Value) -> None:
         if isinstance(target, ast.Name):
+            frame.aliases.pop(target.id, None)  # bound anew: no longer names what it named
             if target.id in frame.globals_declared:
                 frame.write_cell(module_cell(frame, target.id), value)
             else:
@@ -353,7 +356,7 @@ class StmtMixin:
             ):
                 keys = self.key_choices(frame, target.slice)
                 filled = join(*(_with_key(o, keys, value) for o in getattr(base, "options", (base,))))
-                self.assign(frame, target.value, filled)  # the container (each one it may be), filled
+                self.fill_in_place(frame, target.value, filled)  # the container (each one it may be), filled
             elif has_ids(value):
                 self.write_into(frame, target.value, value)  # buf[:n] = ids: a tensor filled in place
             else:
@@ -363,14 +366,30 @@ class StmtMixin:
         """Ids written into (part of) the tensor ``expr`` names — ``buf[:n] = ids``,
         ``buf[:n].copy_(ids)``: the variable or attribute holding it holds them from now on, as
         an attribute assignment would (vLLM's persistent input buffers)."""
-        while isinstance(expr, ast.Subscript):
-            expr = expr.value
-        if isinstance(expr, ast.Name) and self.is_module_global(frame, expr.id):
-            # a module-level buffer filled in place (``_INPUT_IDS[:n].copy_(ids)``) keeps what it is
-            # given across calls: a scope cell, as a name declared ``global`` is
-            frame.write_cell(buffer_cell(frame, expr.id), join(self.eval(frame, expr), taint(value)))
-        elif isinstance(expr, ast.Name | ast.Attribute):
-            self.assign(frame, expr, join(self.eval(frame, expr), taint(value)))
+        while isinstance(expr, ast.Subscript) or (
+            isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in VIEWS
+        ):  # buf[:n], buf.narrow(0, 0, n), buf.view(-1)...: a part of the tensor buf names
+            expr = expr.value if isinstance(expr, ast.Subscript) else expr.func.value  # type: ignore[union-attr]
+        if isinstance(expr, ast.Name | ast.Attribute):
+            self.fill_in_place(frame, expr, join(self.eval(frame, expr), taint(value)))
+
+    def fill_in_place(self: Analyzer, frame: Frame, expr: ast.Name | ast.Attribute, value: Value) -> None:
+        """The object ``expr`` names — a tensor, a list, a dict — now holds ``value``, filled in
+        place. A module-level one (``_INPUT_IDS[:n].copy_(ids)``, ``_LAST[0] = ids``, imported or
+        reached as ``module.NAME``) keeps what it is given across calls: a scope cell, as a name
+        declared ``global`` is; any other is (re)assigned where it is named."""
+        variable = self.filled_variable(frame, expr)
+        if variable is not None:
+            frame.write_cell(buffer_cell(variable), value)
+            return
+        aliased = frame.aliases.get(expr.id) if isinstance(expr, ast.Name) else None
+        self.assign(frame, expr, value)
+        if isinstance(expr, ast.Name):
+            if aliased is not None:  # buf = model.input_ids; buf[:n].copy_(ids): the model's buffer holds them
+                frame.aliases[expr.id] = aliased
+                self.fill_in_place(frame, aliased, join(self.eval(frame, aliased), value))
+            elif frame.func is not None and expr.id in frame.params:  # a caller's object, filled here
+                frame.param_fills[expr.id] = join(frame.param_fills.get(expr.id), value)
 
     def stored_out_of_sight(self: Analyzer, frame: Frame, base: Value, value: Value, node: ast.AST) -> None:
         """The forward input, its tokens or token ids stored on an object the checker does not model
@@ -383,6 +402,8 @@ class StmtMixin:
 
 
 CONSTRUCTORS = frozenset({"__init__", "__new__", "__post_init__"})
+VIEWS = frozenset({"narrow", "view", "view_as", "reshape", "select", "flatten", "squeeze", "unsqueeze", "__getitem__"})
+"""Tensor methods whose result is a view of the tensor: writing into it writes into the tensor."""
 
 
 def _device_pattern(pattern: ast.pattern) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 
 from tokenstate.checker.report import Hop
@@ -42,6 +43,8 @@ class Summary:
     yield_value: Value | None
     # attributes assigned on instances other than the receiver, by class (``model.ids = ...``)
     obj_writes: tuple[tuple[ClassInfo, tuple[tuple[str, Value], ...]], ...] = ()
+    # what it filled in place into the objects its parameters name, by parameter name
+    param_fills: tuple[tuple[str, Value], ...] = ()
 
 
 @dataclass
@@ -70,6 +73,12 @@ class Frame:
     # attributes assigned on other instances, joined per class (sound, coarser), as made in this call
     obj_writes: dict[ClassInfo, dict[str, Value]] = field(default_factory=dict)
     self_aliases: set[Value] = field(default_factory=set)  # the receiver, updated with self_writes
+    # local names bound to an attribute or another name (`buf = model.input_ids`): filling one in
+    # place fills what it names
+    aliases: dict[str, ast.expr] = field(default_factory=dict)
+    params: frozenset[str] = frozenset()  # the function's parameter names
+    # what this call filled in place into the objects its parameters name (`dst[:n].copy_(src)`)
+    param_fills: dict[str, Value] = field(default_factory=dict)
     # per enclosing loop, innermost last: the states at its `break` / `continue` statements
     loop_exits: list[list[tuple[dict[str, Value], ...]]] = field(default_factory=list)
 
@@ -151,7 +160,7 @@ def class_cell(info: ClassInfo, name: str) -> str:
     return f"{info.dotted}.{name}"
 
 
-def buffer_cell(frame: Frame, name: str) -> str:
-    """The scope cell of what module-level tensor ``name`` was filled with in place (the name
-    itself may also name a scope, as a module-level ``ContextVar`` does)."""
-    return f"{frame.module.name}.{name}[...]"
+def buffer_cell(variable: str) -> str:
+    """The scope cell of what module-level variable ``variable`` (``module.NAME``) was filled with
+    in place (the name itself may also name a scope, as a module-level ``ContextVar`` does)."""
+    return f"{variable}[...]"

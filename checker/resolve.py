@@ -99,6 +99,20 @@ class ResolverMixin:
         assert isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None
         return self._module_assignment(info, name, node.value)
 
+    def module_variable(self: Analyzer, module: str, name: str, depth: int = 0) -> str | None:
+        """``module.name`` where ``name``, read in ``module``, is a variable assigned at module level
+        — followed through ``from x import name`` to the module that assigns it — else None."""
+        info = self.load_module(module)
+        node = None if isinstance(info, Unknown) or depth > 8 else info.bindings.get(name)
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            return f"{module}.{name}"
+        if isinstance(node, ast.ImportFrom):
+            source = info.resolve_relative(node.module, node.level)  # type: ignore[union-attr]
+            original = next(a.name for a in node.names if (a.asname or a.name) == name)
+            if self.config.is_analysed(source) and not self.sources.is_module(f"{source}.{original}"):
+                return self.module_variable(source, original, depth + 1)
+        return None
+
     def _star_provides(self: Analyzer, module: str, name: str, seen: set[str]) -> bool:
         """Whether ``from module import *`` binds ``name``: the module binds it, or one of its own
         star imports does (transformers: ``transformers`` → ``.models`` → ``.llama`` →

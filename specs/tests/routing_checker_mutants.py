@@ -894,7 +894,7 @@ def hook_trials_count_only_reads(patch: MutantPatch) -> None:
     "with host ids on fresh steps only, then embedded on every step, looks fresh or inert.",
 )
 def module_and_class_state_read_as_defined(patch: MutantPatch) -> None:
-    patch.setattr(Analyzer, "is_module_global", lambda self, frame, name: False)
+    patch.setattr(Analyzer, "filled_variable", lambda self, frame, expr: None)
     patch.setattr(Analyzer, "kept_on_the_class", lambda self, frame, info, name: None)
 
 
@@ -930,3 +930,15 @@ def writes_handed_out_stale(patch: MutantPatch) -> None:
         )
 
     patch.setattr(Analyzer, "analyse", analyse)
+
+
+@mutant(
+    "RCK-65/fills-seen-by-name-only",
+    doc="A fill in place is seen only as `name[...] = ids` or `name[...].copy_(ids)`: through a "
+    "helper's parameter, a local alias, a view method, `index_copy_`, a module-level list item or "
+    "`module.NAME`, the filled object keeps what it held.",
+)
+def fills_seen_by_name_only(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "fill_in_place", lambda self, frame, expr, value: self.assign(frame, expr, value))
+    patch.setattr(calls_module, "IN_PLACE_WRITES", frozenset({"copy_"}))
+    patch.setattr(calls_module, "_argument_given", lambda func, node, param: None)

@@ -52,6 +52,7 @@ from .routing_checker_mutants import (
     every_forward_hook_is_unknown,
     external_base_answers_every_member,
     external_methods_take_the_input_as_data,
+    fills_seen_by_name_only,
     first_key_wins_and_slices_keep_all,
     forward_hooks_tried_without_the_input,
     fresh_positions_checked_in_full_mode_only,
@@ -492,3 +493,8 @@ def test_per_row_stale_tests_and_replaced_inputs_are_followed():
 @pytest.mark.paid("RCK-64", before=writes_handed_out_stale)
 def test_ids_one_method_stages_are_read_by_another_in_the_same_call():
     assert_zoo("state staged by one call, read by another", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-65", before=fills_seen_by_name_only)
+def test_fills_in_place_are_seen_however_they_are_spelt():
+    assert_zoo("state written in place, however spelt", {"honors", "ignores", "unknown"})

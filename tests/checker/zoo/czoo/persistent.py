@@ -9,7 +9,9 @@ kept from a fresh step are that step's ids, embedded on a later, stale step as i
 import torch
 from torch import Tensor
 
+from czoo import step_buffers
 from czoo.servable import ServableLM
+from czoo.step_buffers import SHARED_INPUT_IDS
 from tokenstate.contracts import ForwardInput, HostTokens, entry_point
 
 _INPUT_IDS = torch.zeros(4096, dtype=torch.long)  # [max_tokens]: vLLM's persistent input buffer, module-level
@@ -175,3 +177,91 @@ def a_method_fills_the_buffer_the_forward_embeds(model: StagedLM, inp: ForwardIn
 def a_method_stages_on_fresh_steps_only(model: StagedLM, inp: ForwardInput) -> Tensor:
     model.stage_fresh_steps_only(inp)
     return model.logits(model.embed(fit(model.step_ids, inp.num_tokens)), inp)
+
+
+# -- state written in place, however spelt ---------------------------------------------------------
+
+
+def copy_into(dst: Tensor, src: Tensor) -> None:
+    dst[: src.shape[0]].copy_(src)
+
+
+@entry_point
+def a_helper_fills_the_model_buffer_on_fresh_steps(model: StagingLM, inp: ForwardInput) -> Tensor:
+    if not inp.has_stale_rows:
+        copy_into(model.input_ids, inp.host_tokens.ids)  # the helper's parameter is the model's buffer
+    return model.logits(model.embed(model.input_ids[: inp.num_tokens]), inp)
+
+
+@entry_point
+def a_helper_fills_the_model_buffer_on_every_path(model: StagingLM, inp: ForwardInput) -> Tensor:
+    copy_into(model.input_ids, inp.embedding_ids())
+    return model.logits(model.embed(model.input_ids[: inp.num_tokens]), inp)
+
+
+@entry_point
+def an_out_argument_fills_the_model_buffer_on_fresh_steps(model: StagingLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        torch.index_select(inp.host_tokens.ids.long(), 0, torch.arange(n), out=model.input_ids[:n])
+    return model.logits(model.embed(model.input_ids[:n]), inp)
+
+
+@entry_point
+def an_alias_of_the_model_buffer_filled_on_fresh_steps(model: StagingLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    buf = model.input_ids
+    if not inp.has_stale_rows:
+        buf.narrow(0, 0, n).index_copy_(0, torch.arange(n), inp.host_tokens.ids.long())
+    return model.logits(model.embed(model.input_ids[:n]), inp)
+
+
+@entry_point
+def setattr_keeps_host_ids_of_fresh_steps(model: StagingLM, inp: ForwardInput) -> Tensor:
+    if not inp.has_stale_rows:
+        model.last_ids = inp.host_tokens.ids
+    return model.logits(model.embed(fit(model.last_ids, inp.num_tokens)), inp)
+
+
+_LAST: list = [None]
+
+
+@entry_point
+def a_module_list_slot_keeps_host_ids_of_fresh_steps(model: ServableLM, inp: ForwardInput) -> Tensor:
+    if not inp.has_stale_rows:
+        _LAST[0] = inp.host_tokens.ids
+    return model.logits(model.embed(fit(_LAST[0], inp.num_tokens)), inp)
+
+
+@entry_point
+def an_imported_buffer_filled_on_fresh_steps(model: ServableLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        step_buffers.SHARED_INPUT_IDS[:n].copy_(inp.host_tokens.ids)
+    return model.logits(model.embed(SHARED_INPUT_IDS[:n]), inp)
+
+
+_RECENT_INPUTS: list = []
+
+
+class CollectingLM(ServableLM):
+    """A pre-hook keeps every step's input in a module-level list; the forward reads it back."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.register_forward_pre_hook(lambda module, args: _RECENT_INPUTS.append(args[0]))
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if not inp.has_stale_rows:
+            return self.logits(self.embed(inp.host_tokens.ids), inp)
+        last_fresh = [p for p in _RECENT_INPUTS if not p.has_stale_rows][-1]
+        return self.logits(self.embed(fit(last_fresh.host_tokens.ids, inp.num_tokens)), inp)
+
+
+@entry_point
+def a_hook_keeps_the_inputs_the_forward_reads_back(model: CollectingLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+def build_collecting(config: dict, *, device: torch.device, seed: int) -> CollectingLM:
+    return CollectingLM(config).to(device)

@@ -1,0 +1,5 @@
+"""Module-level step buffers another zoo module imports and fills in place."""
+
+import torch
+
+SHARED_INPUT_IDS = torch.zeros(4096, dtype=torch.long)  # [max_tokens]
