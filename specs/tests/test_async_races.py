@@ -155,7 +155,9 @@ def test_draft_checkpoints_survive_a_stream_that_runs_behind_the_host(preset):
     drafts (fluent wrong tokens from the third output token on)."""
     shared, prompts, params, plain = _looping_prompts_on_one_model(preset, repeat=12, max_tokens=16)
     spec = {"method": "ngram", "num_tokens": 2}
-    for seed in (1, 4):
+    # each seed shows the race in some runs only (thread timing): four of them, which each caught
+    # it in most of 10-seed sweeps, so a loaded machine still shows it
+    for seed in (1, 4, 7, 10):
         llm = LLM(shared, speculative=spec, max_num_seqs=8, cpu_stream="thread", chaos=seed)
         outputs = [o.token_ids for o in llm.generate(prompts, params)]
         llm.close()
