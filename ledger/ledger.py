@@ -2,13 +2,13 @@
 
 File format (``.tokenstate/ledger.json``)::
 
-    {"version": 1, "generated": "<UTC ISO time>", "spec_dirs": ["<folder>", ...],
+    {"version": 1, "generated": "<UTC ISO time>", "spec_dirs": ["<folder>", ...], "root": "<rootdir>",
      "items": [{"id", "spec", "state", "test", "red_before_verified", "last_result", "mutant",
                 "mutant_doc", "text", "spec_file", "spec_line", "nodeids", "timestamp"}, ...],
      "specs": [{"spec", "title", "file", "cross_check", "timestamp"}, ...]}
 
 ``spec_dirs`` are the folders the run took its specs from (pytest's ``tokenstate_specs``, relative to
-the ledger's root where possible). ``last_result`` is one of :data:`RESULTS` or ``null`` (never run); ``red_before_verified`` is
+``root``, the run's pytest rootdir, where possible). ``last_result`` is one of :data:`RESULTS` or ``null`` (never run); ``red_before_verified`` is
 ``true``/``false`` for a paid item whose test ran, ``null`` otherwise. A run updates the items whose
 tests it ran and keeps the previous results of the others, so running a subset of the suite never
 erases what a full run proved; items no longer listed in any spec are dropped.
@@ -124,6 +124,7 @@ class Ledger:
     generated: str | None = None
     spec_dirs: list[str] = field(default_factory=list)
     error: str | None = None  # why the run could not read the specs (then there are no items)
+    root: str | None = None  # pytest's rootdir for the run: the paths above are relative to it
 
     @classmethod
     def build(
@@ -181,19 +182,20 @@ class Ledger:
                     ):
                         setattr(entry, name, getattr(old, name))
                 items.append(entry)
-        return cls(items, checks, stamp, [_relative(d, root) for d in spec_dirs])
+        return cls(items, checks, stamp, [_relative(d, root) for d in spec_dirs], root=str(root))
 
     @classmethod
     def unreadable(cls, root: Path, spec_dirs: Iterable[Path], error: str) -> Ledger:
         """The ledger of a run that could not read its specs: no items, and why — what an earlier
         run proved no longer stands for specs that changed."""
-        return cls([], [], now(), [_relative(d, root) for d in spec_dirs], error)
+        return cls([], [], now(), [_relative(d, root) for d in spec_dirs], error, str(root))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": LEDGER_VERSION,
             "generated": self.generated,
             "spec_dirs": self.spec_dirs,
+            "root": self.root,
             "error": self.error,
             "items": [asdict(e) for e in self.items],
             "specs": [asdict(s) for s in self.specs],
@@ -212,6 +214,7 @@ class Ledger:
                 data.get("generated"),
                 [str(d) for d in data.get("spec_dirs", [])],
                 None if data.get("error") is None else str(data["error"]),
+                data.get("root"),
             )
         except TypeError as exc:
             raise ConfigError(
@@ -227,6 +230,7 @@ class Ledger:
             name for name, value, types in (
                 ("generated", data.get("generated"), (str, type(None))),
                 ("error", data.get("error"), (str, type(None))),
+                ("root", data.get("root"), (str, type(None))),
                 ("spec_dirs", data.get("spec_dirs", []), (list,)),
             ) if not _has_type(value, types) or (name == "spec_dirs" and not all(isinstance(d, str) for d in value))
         ]  # fmt: skip

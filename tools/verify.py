@@ -34,7 +34,7 @@ from rich.table import Table
 
 from tokenstate.contracts import ConfigError
 from tokenstate.ledger.ledger import Ledger
-from tokenstate.ledger.report import is_healthy
+from tokenstate.ledger.report import DEFAULT_LEDGER, is_healthy
 from tokenstate.runtime.cli_support import factory_of_model
 from tokenstate.tools.gate_cli import (
     add_model_arguments,
@@ -110,6 +110,7 @@ def run_spec_tests(root: Path, *, required: bool = False) -> SpecSummary:
             note = f"the spec run failed: it wrote no ledger (pytest exit {proc.returncode}): {tail}"
             return SpecSummary(False, note, unhealthy=[note])
         ledger = Ledger.read(ledger_file)
+    kept = _keep_in_the_project(ledger)
     folders = ", ".join(ledger.spec_dirs) or "(none)"
     if ledger.error is not None:
         note = f"the specs in {folders} cannot be read: {ledger.error}"
@@ -118,7 +119,7 @@ def run_spec_tests(root: Path, *, required: bool = False) -> SpecSummary:
         note = (f"no spec documents in {folders} (pytest's tokenstate_specs, from {root}); name your "
                 "spec folders with that ini option")
         return SpecSummary(False, note, unhealthy=[note] if required else [])
-    summary = SpecSummary(True, f"specs in {folders} (pytest run from {root})", seconds=time.perf_counter() - start)
+    summary = SpecSummary(True, f"specs in {folders} (pytest run from {root}){kept}", seconds=time.perf_counter() - start)
     for entry in ledger.items:
         summary.paid += entry.state == "paid"
         summary.owed += entry.state == "owed"
@@ -132,6 +133,20 @@ def run_spec_tests(root: Path, *, required: bool = False) -> SpecSummary:
     if proc.returncode not in (0, 1):
         summary.unhealthy.append(f"pytest exited {proc.returncode}: {tail}")
     return summary
+
+
+def _keep_in_the_project(ledger: Ledger) -> str:
+    """Write the run's ledger where a plain ``pytest`` run writes it (``<rootdir>/.tokenstate/``), so
+    ``tokenstate specs`` shows what verify just proved; a project without spec documents gets none.
+    Returns a note for the summary (empty when written)."""
+    if not ledger.specs or ledger.root is None:
+        return ""
+    target = Path(ledger.root) / DEFAULT_LEDGER
+    try:
+        ledger.write(target)
+    except OSError as exc:
+        return f"; its ledger could not be kept in {target.parent} ({exc.strerror or exc})"
+    return ""
 
 
 def _render_checker(report: Any, console: Console) -> None:

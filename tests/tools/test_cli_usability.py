@@ -338,3 +338,30 @@ def test_gate_max_tokens_default_is_fitted_to_the_context_and_an_explicit_one_is
     assert (default.max_tokens, default.fit_max_tokens) == (32, True)
     explicit = gate_config(build_parser().parse_args(["gate", "--max-tokens", "32"]))
     assert (explicit.max_tokens, explicit.fit_max_tokens) == (32, False)
+
+
+def test_specs_shows_the_ledger_verify_just_proved(tmp_path, monkeypatch, capsys):
+    """`tokenstate verify` re-proves the spec ledger; `tokenstate specs` afterwards shows that run."""
+    import json
+    import types
+
+    (tmp_path / "pytest.ini").write_text("[pytest]\nxfail_strict = true\n")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "mine.md").write_text(
+        "# Mine\n\nThe contract.\n\n## Owed\n\n- **MINE-1** Not yet. — `tests/test_mine.py::test_not_yet`\n\n## Paid\n"
+    )
+    (tmp_path / "specs" / "tests").mkdir()
+    (tmp_path / "specs" / "tests" / "test_mine.py").write_text(
+        "import pytest\n\n@pytest.mark.owed('MINE-1')\ndef test_not_yet():\n    assert False\n"
+    )
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("tokenstate.tools.verify.check_registry", lambda *a, **k: types.SimpleNamespace(results=[], findings=[], to_json=lambda: "{}"))
+    monkeypatch.setattr("tokenstate.tools.verify.run_gates", lambda *a, **k: [])
+    main(["verify", "--json"])
+    assert json.loads(capsys.readouterr().out)["specs"]["owed"] == 1
+    monkeypatch.chdir(tmp_path / "sub")
+    assert main(["specs", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [(e["id"], e["last_result"]) for e in shown["items"]] == [("MINE-1", "xfailed")]
+    assert shown["root"] == str(tmp_path)
