@@ -130,7 +130,8 @@ class CheckerConfig:
 
 @functools.lru_cache(maxsize=4096)
 def _display(path: str, root: Path) -> str:
+    resolved = Path(path).resolve()  # an editable install's link: the source file it stands for
     try:
-        return str(Path(path).resolve().relative_to(root.resolve()))
+        return str(resolved.relative_to(root.resolve()))
     except ValueError:
-        return path
+        return str(resolved) if Path(path).is_absolute() else path

@@ -237,8 +237,11 @@ class EntryPoint:
 
 
 def _first_lines(exc: BaseException, limit: int = 6) -> str:
+    """The checker's own sentence: its first lines, up to jaxtyping's "----" rule (after which it
+    dumps every argument of the call, which a one-line error cannot hold whole)."""
     lines = str(exc).strip().splitlines()
-    return " ".join(line.strip() for line in lines[:limit])
+    rule = next((i for i, line in enumerate(lines) if line.strip().startswith("-----")), len(lines))
+    return " ".join(line.strip() for line in lines[: min(rule, limit)])
 
 
 def entry_point(fn: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:

@@ -37,9 +37,10 @@ def _all_below(values: np.ndarray, upper: int) -> bool:
     return int(values.view(_UNSIGNED[values.dtype.itemsize]).max()) < upper
 
 _STALE_FIX = (
-    "Fix: read `inp.device_tokens.ids` (or `inp.embedding_ids()`) in the forward and register the "
-    "factory with honors_device_token_ids=True; or register it with honors_device_token_ids=False so "
-    "the runner takes the synchronous host path for steps with spliced rows."
+    "Fix: read `inp.device_tokens.ids` (or `inp.embedding_ids()`) in the forward. Under tokenstate's "
+    "runner, register its factory with honors_device_token_ids=True then (until then False: the "
+    "runner takes the synchronous host path for steps with spliced rows); in an engine of your own, "
+    "hand a forward that reads host ids only steps whose host ids are fresh."
 )
 
 

@@ -3,7 +3,7 @@
 Importing this package registers their factories with the runtime registry (the runtime finds it
 through the ``tokenstate.models`` entry-point group; it never imports this package by name). Each
 factory serves HF-format checkpoints of its architecture and embeds a tiny deterministic preset
-(``tiny-llama``, ``tiny-nemotron-h``, ``tiny-kimi-linear``).
+(``tiny-llama``, ``tiny-llama-gqa``, ``tiny-nemotron-h``, ``tiny-kimi-linear``).
 """
 
 from tokenstate.models.kimi_linear import KIMI_LINEAR as KIMI_LINEAR

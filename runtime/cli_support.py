@@ -95,7 +95,7 @@ def factory_of_model(model: str) -> ModelFactory:
     """The factory a ``--model`` value names: a preset, an architecture, or an HF directory."""
     path = Path(model)
     if path.is_dir():
-        return registry.resolve(registry.architecture_of(path))
+        return registry.resolve_directory(path)
     if os.sep in model or "/" in model or model.startswith((".", "~")):
         raise ConfigError(f"--model {model}: no such directory; pass an HF-format directory or a "
                           "registered preset or architecture name.")

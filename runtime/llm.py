@@ -49,6 +49,11 @@ _VLLM_ENGINE_OPTIONS: dict[str, str] = {
     "quantization": "the reference models run unquantized",
     "max_num_batched_tokens_per_seq": "use max_num_batched_tokens",
 }
+# vLLM generate() options whose values change nothing here: accepted, and ignored.
+_NEUTRAL_GENERATE_OPTIONS: dict[str, tuple[object, ...]] = {
+    "use_tqdm": (True, False),  # a progress bar: tokenstate draws none
+    "lora_request": (None,),
+}
 # The dtypes the reference models compute in; "auto" is vLLM's "whatever the model uses".
 _DTYPES = {"auto": torch.float32, "float32": torch.float32, "float": torch.float32}
 
@@ -205,7 +210,7 @@ def _build_or_load(
         )
     path = Path(model)
     if path.is_dir():
-        factory = registry.resolve(registry.architecture_of(path))
+        factory = registry.resolve_directory(path)
         if factory.load is None:
             raise ConfigError(
                 f"model {factory.name!r} cannot load weights from a directory ({path})."
@@ -354,10 +359,15 @@ class LLM:
         """The registered factory serving the model (its forward, opt-in and presets)."""
         self.model: Any = built
         """The built model (a `ServableModel`): ``vocab_size``, ``max_model_len``, weights."""
-        if not isinstance(self.model, ServableModel):
+        lacking = [
+            name for name in ("vocab_size", "max_model_len", "eos_token_id", "allocate_slots", "reset_slot")
+            if not hasattr(self.model, name) or (name in ("allocate_slots", "reset_slot") and not callable(getattr(self.model, name)))
+        ]  # fmt: skip
+        if lacking or not isinstance(self.model, ServableModel):
             raise ConfigError(
-                f"model {self.factory.name!r}: the built model lacks vocab_size / max_model_len / "
-                "eos_token_id / allocate_slots / reset_slot (see ServableModel)."
+                f"model {self.factory.name!r}: the built {type(self.model).__name__} lacks "
+                f"{' / '.join(lacking or ['what ServableModel asks for'])} (a ServableModel has vocab_size, "
+                "max_model_len and eos_token_id attributes and allocate_slots(n) / reset_slot(slot) methods)."
             )
         if self.model.max_model_len < 2:  # a prompt token, and the one token every request generates
             raise ConfigError(
@@ -588,7 +598,9 @@ class LLM:
                 (default: ``SamplingParams()``).
         """
         self._require_open("generate")
-        for name in unsupported:
+        for name, value in unsupported.items():
+            if value in _NEUTRAL_GENERATE_OPTIONS.get(name, ()):
+                continue  # vLLM's generate(..., use_tqdm=False): nothing for tokenstate to do
             raise ConfigError(
                 f"generate({name}=...) is not supported; generate takes prompts and "
                 "sampling_params=SamplingParams(...) (one, or a list with one per prompt)."

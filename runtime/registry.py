@@ -37,6 +37,7 @@ __all__ = [
     "read_json_object",
     "register",
     "resolve",
+    "resolve_directory",
     "resolve_preset",
     "unregister",
 ]
@@ -277,6 +278,21 @@ def read_json_object(file: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{file}: must hold a JSON object, got {type(value).__name__}.")
     return value
+
+
+def resolve_directory(path: str | Path) -> ModelFactory:
+    """The factory serving the architecture an HF-format directory's config.json names."""
+    architecture = architecture_of(path)
+    load_plugins()
+    with _lock:
+        factory = _by_architecture.get(architecture)
+    if factory is None:
+        raise ConfigError(
+            f"{Path(path) / 'config.json'} names architecture {architecture!r}, which no registered "
+            f"ModelFactory serves (registered architectures: {_known()}); register a ModelFactory with "
+            f"architectures=({architecture!r},), or convert the checkpoint to one of those."
+        )
+    return factory
 
 
 def architecture_of(path: str | Path) -> str:

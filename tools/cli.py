@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 import traceback
@@ -104,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TokenStateError as exc:
         if args.debug:
             traceback.print_exc()
+        if getattr(args, "json", False):  # --json: a machine reading stdout gets the failure as JSON too
+            print(json.dumps({"passed": False, "error": str(exc)}))
         print(f"tokenstate {args.command}: error: {exc}", file=sys.stderr)
         if not args.debug:
             print("hint: run with --debug for the traceback; see `tokenstate --help`.", file=sys.stderr)

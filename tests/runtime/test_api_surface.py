@@ -37,9 +37,9 @@ def test_generate_accepts_vllms_tokens_prompt_dict(llm):
 
 
 def test_unknown_generate_keyword_is_a_config_error_not_a_type_error(llm):
-    with pytest.raises(ConfigError, match=r"^generate\(use_tqdm=\.\.\.\) is not supported; generate takes "
+    with pytest.raises(ConfigError, match=r"^generate\(lora_request=\.\.\.\) is not supported; generate takes "
                        r"prompts and sampling_params=SamplingParams"):
-        llm.generate([[1]], use_tqdm=False)
+        llm.generate([[1]], lora_request="adapter")
 
 
 def test_a_flat_prompt_is_refused_with_the_nested_form(llm):

@@ -365,3 +365,12 @@ def test_specs_shows_the_ledger_verify_just_proved(tmp_path, monkeypatch, capsys
     shown = json.loads(capsys.readouterr().out)
     assert [(e["id"], e["last_result"]) for e in shown["items"]] == [("MINE-1", "xfailed")]
     assert shown["root"] == str(tmp_path)
+
+
+@pytest.mark.parametrize("command", ["verify", "check", "gate"])
+def test_a_json_run_that_fails_to_start_still_prints_json(command, capsys):
+    assert main([command, "--module", "no_such_package_for_tokenstate_json", "--json"]) == 2
+    captured = capsys.readouterr()
+    reported = json.loads(captured.out)
+    assert reported["passed"] is False and "no_such_package_for_tokenstate_json" in reported["error"]
+    assert "error:" in captured.err
