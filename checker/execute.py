@@ -30,6 +30,7 @@ from tokenstate.checker.values import (
     Tokens,
     Unknown,
     Value,
+    carries_tokens,
     has_ids,
     join,
     taint,
@@ -66,8 +67,10 @@ class StmtMixin:
             value = self.eval(frame, stmt.value)
             for target in stmt.targets:
                 self.assign(frame, target, value)
-                if isinstance(target, ast.Name) and isinstance(stmt.value, ast.Attribute | ast.Name):
-                    frame.aliases[target.id] = stmt.value  # buf = model.input_ids: buf's fills are its
+                if isinstance(target, ast.Name):
+                    frame.params -= {target.id}  # `dst = dst.clone()`: no longer the caller's object
+                    if isinstance(stmt.value, ast.Attribute | ast.Name):
+                        frame.aliases[target.id] = stmt.value  # buf = model.input_ids: buf's fills are its
         elif isinstance(stmt, ast.AnnAssign):
             if stmt.value is not None:
                 self.assign(frame, stmt.target, self.eval(frame, stmt.value))
@@ -371,24 +374,28 @@ class StmtMixin:
         ):  # buf[:n], buf.narrow(0, 0, n), buf.view(-1)...: a part of the tensor buf names
             expr = expr.value if isinstance(expr, ast.Subscript) else expr.func.value  # type: ignore[union-attr]
         if isinstance(expr, ast.Name | ast.Attribute):
-            self.fill_in_place(frame, expr, join(self.eval(frame, expr), taint(value)))
+            self.fill_in_place(frame, expr, join(self.eval(frame, expr), taint(value)), tensor=True)
 
-    def fill_in_place(self: Analyzer, frame: Frame, expr: ast.Name | ast.Attribute, value: Value) -> None:
+    def fill_in_place(self: Analyzer, frame: Frame, expr: ast.Name | ast.Attribute, value: Value, *, tensor: bool = False) -> None:
         """The object ``expr`` names — a tensor, a list, a dict — now holds ``value``, filled in
         place. A module-level one (``_INPUT_IDS[:n].copy_(ids)``, ``_LAST[0] = ids``, imported or
         reached as ``module.NAME``) keeps what it is given across calls: a scope cell, as a name
-        declared ``global`` is; any other is (re)assigned where it is named."""
-        variable = self.filled_variable(frame, expr)
+        declared ``global`` is; any other is (re)assigned where it is named. A ``tensor`` filled
+        with ids is also the tensor a local alias names (``buf = model.input_ids``) and the
+        caller's, when it is a parameter (``copy_into(model.input_ids, ids)``)."""
+        # only what carries tokens or ids: a scope cell is part of every later call's context (a
+        # registry dict filled at import-like time would make each call a new one to analyse)
+        variable = self.filled_variable(frame, expr) if carries_tokens(value) else None
         if variable is not None:
             frame.write_cell(buffer_cell(variable), value)
             return
-        aliased = frame.aliases.get(expr.id) if isinstance(expr, ast.Name) else None
+        aliased = frame.aliases.get(expr.id) if tensor and isinstance(expr, ast.Name) else None
         self.assign(frame, expr, value)
-        if isinstance(expr, ast.Name):
+        if tensor and isinstance(expr, ast.Name):
             if aliased is not None:  # buf = model.input_ids; buf[:n].copy_(ids): the model's buffer holds them
                 frame.aliases[expr.id] = aliased
-                self.fill_in_place(frame, aliased, join(self.eval(frame, aliased), value))
-            elif frame.func is not None and expr.id in frame.params:  # a caller's object, filled here
+                self.fill_in_place(frame, aliased, join(self.eval(frame, aliased), value), tensor=True)
+            elif frame.func is not None and expr.id in frame.params:  # a caller's tensor, filled here
                 frame.param_fills[expr.id] = join(frame.param_fills.get(expr.id), value)
 
     def stored_out_of_sight(self: Analyzer, frame: Frame, base: Value, value: Value, node: ast.AST) -> None:

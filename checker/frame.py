@@ -132,7 +132,8 @@ class Frame:
                 for state in states:
                     if name not in state[index]:
                         before = state[1].get(name) if index == 2 else None
-                        merged[index][name] = join(merged[index][name], before or stored_beyond_the_call(value))
+                        earlier = before if before is not None else stored_beyond_the_call(value)
+                        merged[index][name] = join(merged[index][name], earlier)
         objects: dict[ClassInfo, dict[str, Value]] = {}
         for info in dict.fromkeys(info for state in states for info in state[4]):
             names = dict.fromkeys(name for state in states for name in state[4].get(info, {}))

@@ -265,3 +265,18 @@ def a_hook_keeps_the_inputs_the_forward_reads_back(model: CollectingLM, inp: For
 
 def build_collecting(config: dict, *, device: torch.device, seed: int) -> CollectingLM:
     return CollectingLM(config).to(device)
+
+
+def copy_into_a_clone(dst: Tensor, src: Tensor) -> Tensor:
+    dst = dst.clone()  # its own tensor now: the caller's stays as it was
+    dst[: src.shape[0]].copy_(src)
+    return dst
+
+
+@entry_point
+def a_helper_fills_its_own_clone_of_the_buffer(model: StagingLM, inp: ForwardInput) -> Tensor:
+    if inp.device_tokens is None:
+        staged = copy_into_a_clone(model.input_ids, inp.host_tokens.ids)
+    else:
+        staged = copy_into_a_clone(model.input_ids, inp.device_tokens.ids)
+    return model.logits(model.embed(staged[: inp.num_tokens]), inp)
