@@ -116,7 +116,7 @@ class GateReport:
             for comparison, result in row.items():
                 if result.divergence is not None:
                     lines.append(
-                        f"request {i} (prompt {self.prompt_lens[i]} tokens), {comparison}: "
+                        f"request {i} ({self.prompt_lens[i]}-token prompt), {comparison}: "
                         f"{result.matched}/{result.total} tokens match; first divergence "
                         f"{result.divergence.describe()}"
                     )

@@ -102,7 +102,7 @@ def run_gates(models: list[str], config: GateConfig, console: Console, quiet: bo
     """Gate every model, with a progress bar over the tokens the sync and async paths generate."""
     reports = []
     columns = (*Progress.get_default_columns(), MofNCompleteColumn(), TextColumn("tokens"))
-    with Progress(*columns, console=console, transient=True, disable=quiet) as progress:
+    with Progress(*columns, console=console, transient=True, disable=quiet or not console.is_terminal) as progress:
         # Each request generates max_tokens on each of the two paths (the gate ignores EOS).
         per_model = 2 * config.num_requests * config.max_tokens
         task = progress.add_task("token gate", total=per_model * len(models))

@@ -84,7 +84,7 @@ def test_gate_assertion_fails_on_a_silent_divergence(monkeypatch):
     import broken_lm_plugin
 
     try:
-        with pytest.raises(AssertionError, match=r"request \d+ \(prompt \d+ tokens\), async vs sync: .*\(stale row\)"):
+        with pytest.raises(AssertionError, match=r"request \d+ \(\d+-token prompt\), async vs sync: .*\(stale row\)"):
             assert_async_equals_sync(broken_lm_plugin.BROKEN, [[1, 2, 3], [4, 5]], max_tokens=6)
     finally:
         registry.unregister(broken_lm_plugin.BROKEN)

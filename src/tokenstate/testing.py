@@ -186,7 +186,7 @@ def _assert_engine(generate: EngineGenerate, prompts: list[list[int]]) -> dict[s
             expected = sync[k] if k < len(sync) else "end of output"
             got = async_[k] if k < len(async_) else "end of output"
             problems.append(
-                f"  request {i} (prompt {len(prompts[i])} tokens): {k}/{len(sync)} tokens match; first "
+                f"  request {i} ({len(prompts[i])}-token prompt): {k}/{len(sync)} tokens match; first "
                 f"divergence token {k}: expected {expected}, got {got}"
             )
     if problems:

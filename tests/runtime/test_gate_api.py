@@ -75,7 +75,7 @@ def test_own_engine_callable_divergence_names_the_token():
         assert_async_equals_sync(generate, [[1], [2]])
     assert str(exc.value) == (
         "async scheduling diverged from sync scheduling:\n"
-        "  request 0 (prompt 1 tokens): 1/3 tokens match; first divergence token 1: expected 8, got 1"
+        "  request 0 (1-token prompt): 1/3 tokens match; first divergence token 1: expected 8, got 1"
     )
     assert assert_async_equals_sync(lambda prompts, a: [[1]] * len(prompts), [[3]]) == {"sync": [[1]], "async": [[1]]}
 
