@@ -479,10 +479,8 @@ def _collected_name(config: pytest.Config, test_name: str) -> bool:
 def _paid_must_run(report: pytest.TestReport, item: SpecItem) -> pytest.TestReport:
     """A paid item's report, failed where an xfail mark or a skip would hide that the promise was
     not re-proved: a paid test must pass, and fail under its mutant, on every run that collects it."""
-    if hasattr(report, "wasxfail"):
+    if hasattr(report, "wasxfail"):  # xfailed (a failure the mark excused) or xpassed
         del report.wasxfail
-        if report.outcome == "skipped":  # the xfail mark turned a failure into xfailed
-            report.outcome = "failed"
         if not any(name == _RESULT_PROP for name, _ in report.user_properties):
             report.user_properties.append((_RESULT_PROP, "failed"))
         report.outcome = "failed"
