@@ -259,16 +259,21 @@ class CallMixin:
             if names is not None and len(names) == 1:  # setattr(obj, "name", v): the assignment it spells
                 self.assign(frame, ast.Attribute(value=node.args[0], attr=names[0], ctx=ast.Store()), args[2])
                 return OPAQUE
-        written = join(*(taint(v) for v in args), *(taint(v) for k, v in kwargs if k != "out"))
-        if isinstance(node.func, ast.Attribute) and node.func.attr in IN_PLACE_WRITES and has_ids(written):
-            self.write_into(frame, node.func.value, written)  # buf[:n].copy_(ids), buf.index_copy_(0, i, ids)
-            return OPAQUE
-        if func == External("torch.Tensor.copy_") and len(node.args) >= 2 and has_ids(args[1]):
-            self.write_into(frame, node.args[0], args[1])  # torch.Tensor.copy_(dst, src), unbound
+        if isinstance(node.func, ast.Attribute) and node.func.attr in IN_PLACE_WRITES:
+            # buf[:n].copy_(ids), buf.index_copy_(0, i, ids); called unbound on the class
+            # (torch.Tensor.copy_(buf, ids)), the tensor written into is the first argument
+            unbound = isinstance(func, External) and func.dotted == f"torch.Tensor.{node.func.attr}" and bool(node.args)
+            target, given = (node.args[0], args[1:]) if unbound else (node.func.value, args)
+            written = join(*(taint(v) for v in given), *(taint(v) for _, v in kwargs))
+            if has_ids(written):
+                self.write_into(frame, target, written)
+                return OPAQUE
         result = self.call(frame, func, tuple(args), kwargs, node)
         out = next((kw.value for kw in node.keywords if kw.arg == "out"), None)
-        if out is not None and has_ids(written):  # torch.index_select(ids, 0, idx, out=buf): buf holds them
-            self.write_into(frame, out, written)
+        if out is not None:  # torch.index_select(ids, 0, idx, out=buf): buf holds them
+            written = join(*(taint(v) for v in args), *(taint(v) for k, v in kwargs if k != "out"))
+            if has_ids(written):
+                self.write_into(frame, out, written)
         return result
 
     def read_named_attribute(self: Analyzer, frame: Frame, base: Value, name_expr: ast.expr, default: tuple[Value, ...], node: ast.Call) -> Value:

@@ -235,6 +235,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.persistent", "an_imported_buffer_filled_on_fresh_steps"): ("ignores", "state written in place, however spelt"),
     ("czoo.persistent", "a_hook_keeps_the_inputs_the_forward_reads_back"): ("unknown", "state written in place, however spelt"),
     ("czoo.persistent", "a_helper_fills_its_own_clone_of_the_buffer"): ("honors", "state written in place, however spelt"),
+    ("czoo.persistent", "an_unbound_copy_fills_the_model_buffer_on_fresh_steps"): ("ignores", "state written in place, however spelt"),
+    ("czoo.persistent", "a_buffer_outside_the_analysed_modules_filled_on_fresh_steps"): ("ignores", "state written in place, however spelt"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -255,6 +257,7 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.persistent", "a_method_stages_on_fresh_steps_only"): ("czoo.persistent", "build_staged"),
     ("czoo.persistent", "a_hook_keeps_the_inputs_the_forward_reads_back"): ("czoo.persistent", "build_collecting"),
     ("czoo.persistent", "a_helper_fills_its_own_clone_of_the_buffer"): ("czoo.persistent", "build_staging"),
+    ("czoo.persistent", "an_unbound_copy_fills_the_model_buffer_on_fresh_steps"): ("czoo.persistent", "build_staging"),
     ("czoo.persistent", "setattr_keeps_host_ids_of_fresh_steps"): ("czoo.persistent", "build_staging"),
     ("czoo.persistent", "an_alias_of_the_model_buffer_filled_on_fresh_steps"): ("czoo.persistent", "build_staging"),
     ("czoo.persistent", "an_out_argument_fills_the_model_buffer_on_fresh_steps"): ("czoo.persistent", "build_staging"),

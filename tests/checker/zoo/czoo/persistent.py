@@ -6,7 +6,9 @@ kept from a fresh step are that step's ids, embedded on a later, stale step as i
 (fluent wrong tokens, no error). Written on every path before the read, they are this call's ids.
 """
 
+import outside_buffers
 import torch
+from outside_buffers import OUTSIDE_INPUT_IDS
 from torch import Tensor
 
 from czoo import step_buffers
@@ -280,3 +282,19 @@ def a_helper_fills_its_own_clone_of_the_buffer(model: StagingLM, inp: ForwardInp
     else:
         staged = copy_into_a_clone(model.input_ids, inp.device_tokens.ids)
     return model.logits(model.embed(staged[: inp.num_tokens]), inp)
+
+
+@entry_point
+def an_unbound_copy_fills_the_model_buffer_on_fresh_steps(model: StagingLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        torch.Tensor.copy_(model.input_ids[:n], inp.host_tokens.ids)  # the method, called unbound
+    return model.logits(model.embed(model.input_ids[:n]), inp)
+
+
+@entry_point
+def a_buffer_outside_the_analysed_modules_filled_on_fresh_steps(model: ServableLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        OUTSIDE_INPUT_IDS[:n].copy_(inp.host_tokens.ids)
+    return model.logits(model.embed(outside_buffers.OUTSIDE_INPUT_IDS[:n]), inp)
