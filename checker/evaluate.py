@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from tokenstate.checker.frame import Frame, buffer_cell, class_cell, module_cell
+from tokenstate.checker.frame import Frame, class_cell, module_cell
 from tokenstate.checker.guards import STALE_ROWS, Facts, expression_path, is_none_compare
 from tokenstate.checker.sources import ModuleInfo
 from tokenstate.checker.values import (
@@ -243,10 +243,10 @@ class ExprMixin:
         if name == "super" and frame.func is not None:
             return External("builtins.super")
         value = self.resolve_global(frame.module.name, name)
-        if frame.published:  # a module-level buffer or container this call filled in place
-            variable = self.module_variable(frame.module.name, name) or _external_variable(value)
-            if variable is not None and buffer_cell(variable) in frame.published:
-                return frame.published[buffer_cell(variable)]
+        if frame.fills:  # a module-level buffer or container this call filled in place
+            kept = frame.filled(self.module_variable(frame.module.name, name) or _external_variable(value))
+            if kept is not None:
+                return kept
         return value
 
     def filled_variable(self: Analyzer, frame: Frame, expr: ast.expr) -> str | None:
@@ -323,13 +323,12 @@ class ExprMixin:
         if isinstance(base, Super):
             return self.super_attribute(frame, base, name, node)
         if isinstance(base, ModuleRef):
-            variable = self.module_variable(base.name, name) if frame.published else None
-            if variable is not None and buffer_cell(variable) in frame.published:  # filled in place here
-                return frame.published[buffer_cell(variable)]
-            return self.resolve_global(base.name, name)
+            kept = frame.filled(self.module_variable(base.name, name)) if frame.fills else None
+            return kept if kept is not None else self.resolve_global(base.name, name)  # filled in place here
         if isinstance(base, External):
-            if not base.instance and buffer_cell(f"{base.dotted}.{name}") in frame.published:
-                return frame.published[buffer_cell(f"{base.dotted}.{name}")]  # filled in place here
+            kept = frame.filled(f"{base.dotted}.{name}") if frame.fills and not base.instance else None
+            if kept is not None:  # a module the checker does not read: its buffer filled in place here
+                return kept
             return Bound(base, name) if base.instance else External(f"{base.dotted}.{name}")
         if isinstance(base, Cell):
             if base.kind == "local":

@@ -101,6 +101,16 @@ class Frame:
         for name, value in pairs:
             known[name] = join(known.get(name), value)
 
+    @property
+    def fills(self) -> bool:
+        """Whether a module-level object was filled in place on this path (a cheap test before the
+        lookups of :meth:`filled`)."""
+        return any(cell.endswith(_FILLED) for cell in self.published)
+
+    def filled(self, variable: str | None) -> Value | None:
+        """What module-level ``variable`` (``module.NAME``) was filled with in place, if anything."""
+        return None if variable is None else self.published.get(buffer_cell(variable))
+
     def write_cell(self, cell: str, value: Value) -> None:
         self.published[cell] = value
         self.writes[cell] = value
@@ -164,4 +174,7 @@ def class_cell(info: ClassInfo, name: str) -> str:
 def buffer_cell(variable: str) -> str:
     """The scope cell of what module-level variable ``variable`` (``module.NAME``) was filled with
     in place (the name itself may also name a scope, as a module-level ``ContextVar`` does)."""
-    return f"{variable}[...]"
+    return f"{variable}{_FILLED}"
+
+
+_FILLED = "[...]"
