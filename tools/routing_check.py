@@ -15,7 +15,7 @@ import importlib
 import inspect
 import pkgutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from tokenstate.checker import (
     CheckerConfig,
@@ -78,13 +78,16 @@ def check_registry(
     ``selected``, only those factories.
     """
     import_modules(modules)
-    if selected is None and modules and not any(True for _ in _registered_in(modules)):
-        # an engine of its own registers no factory: judge the @entry_point forwards it defines
-        targets = entry_points_in(modules)
-        if not targets:
-            factories_in(modules)  # raises: names what --module expects a package to define
-        return check_entry_points(targets, config)
-    chosen = factories_in(modules) if selected is None else list(selected)
+    if selected is None:
+        try:
+            chosen = factories_in(modules)
+        except ConfigError:  # an engine of its own registers no factory: judge its @entry_point forwards
+            targets = entry_points_in(modules)
+            if not targets:
+                raise
+            return check_entry_points(targets, config)
+    else:
+        chosen = list(selected)
     located: dict[str, EntryTarget] = {}
     unlocated: dict[str, EntryResult] = {}  # reported in its place; the other models still checked
     for factory in chosen:
@@ -98,13 +101,6 @@ def check_registry(
             )
     checked = check_entry_points(list(located.values()), config).by_entry()
     return CheckReport([unlocated.get(f.name) or checked[f.name] for f in chosen])
-
-
-def _registered_in(modules: Sequence[str]) -> Iterator[ModelFactory]:
-    try:
-        yield from factories_in(modules)
-    except ConfigError:  # none registered
-        return
 
 
 def entry_points_in(modules: Sequence[str]) -> list[EntryTarget]:
