@@ -36,6 +36,7 @@ from tokenstate.checker.values import (
     taint,
     with_item,
 )
+from tokenstate.checker.views import shared_attributes, shared_globals, viewed
 
 if TYPE_CHECKING:
     from tokenstate.checker.engine import Analyzer
@@ -69,8 +70,9 @@ class StmtMixin:
                 self.assign(frame, target, value)
                 if isinstance(target, ast.Name):
                     frame.params -= {target.id}  # `dst = dst.clone()`: no longer the caller's object
-                    if isinstance(stmt.value, ast.Attribute | ast.Name):
-                        frame.aliases[target.id] = stmt.value  # buf = model.input_ids: buf's fills are its
+                    if isinstance(named := viewed(stmt.value), ast.Attribute | ast.Name):
+                        # buf = model.input_ids (or a view of it, np.asarray(model.input_ids)): buf's fills are its
+                        frame.aliases[target.id] = named
         elif isinstance(stmt, ast.AnnAssign):
             if stmt.value is not None:
                 self.assign(frame, stmt.target, self.eval(frame, stmt.value))
@@ -369,10 +371,7 @@ class StmtMixin:
         """Ids written into (part of) the tensor ``expr`` names — ``buf[:n] = ids``,
         ``buf[:n].copy_(ids)``: the variable or attribute holding it holds them from now on, as
         an attribute assignment would (vLLM's persistent input buffers)."""
-        while isinstance(expr, ast.Subscript) or (
-            isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in VIEWS
-        ):  # buf[:n], buf.narrow(0, 0, n), buf.view(-1)...: a part of the tensor buf names
-            expr = expr.value if isinstance(expr, ast.Subscript) else expr.func.value  # type: ignore[union-attr]
+        expr = viewed(expr)  # buf[:n], buf.narrow(0, 0, n), buf.numpy()...: (a part of) the memory buf names
         if isinstance(expr, ast.Name | ast.Attribute):
             self.fill_in_place(frame, expr, join(self.eval(frame, expr), taint(value)), tensor=True)
 
@@ -387,16 +386,57 @@ class StmtMixin:
         # registry dict filled at import-like time would make each call a new one to analyse)
         variable = self.filled_variable(frame, expr) if carries_tokens(value) else None
         if variable is not None:
-            frame.write_cell(buffer_cell(variable), value)
+            module, _, name = variable.rpartition(".")
+            for sharing in self.sharing_globals(module).get(name, {name}):  # IDS_NP = IDS.numpy(): both hold them
+                frame.write_cell(buffer_cell(f"{module}.{sharing}"), value)
             return
         aliased = frame.aliases.get(expr.id) if tensor and isinstance(expr, ast.Name) else None
         self.assign(frame, expr, value)
+        if tensor and isinstance(expr, ast.Attribute):
+            self.fill_sharing_attributes(frame, expr, value)
         if tensor and isinstance(expr, ast.Name):
             if aliased is not None:  # buf = model.input_ids; buf[:n].copy_(ids): the model's buffer holds them
                 frame.aliases[expr.id] = aliased
                 self.fill_in_place(frame, aliased, join(self.eval(frame, aliased), value), tensor=True)
             elif frame.func is not None and expr.id in frame.params:  # a caller's tensor, filled here
                 frame.param_fills[expr.id] = join(frame.param_fills.get(expr.id), value)
+
+    def fill_sharing_attributes(self: Analyzer, frame: Frame, expr: ast.Attribute, value: Value) -> None:
+        """Attribute ``expr`` of an analysed object was filled with ``value``: so were the object's
+        attributes sharing its memory (``self.ids_np = self.ids.numpy()``, vLLM's ``CpuGpuBuffer.np``)."""
+        owner = self.eval(frame, expr.value)
+        if not isinstance(owner, Instance):
+            return
+        for sharing in self.sharing_attributes(owner.info).get(expr.attr, ()):
+            if sharing != expr.attr:
+                view = ast.copy_location(ast.Attribute(value=expr.value, attr=sharing, ctx=ast.Load()), expr)
+                held = self.eval(frame, view) if self.attribute_is_set(frame, owner, sharing) else None
+                self.assign(frame, view, join(held, value))
+
+    def attribute_is_set(self: Analyzer, frame: Frame, owner: Instance, name: str) -> bool:
+        return owner.field(name) is not None or (owner == frame.self_value and name in frame.self_writes) or (
+            name in frame.obj_writes.get(owner.info, {})
+        )
+
+    def sharing_attributes(self: Analyzer, cls: ClassInfo) -> dict[str, frozenset[str]]:
+        """Attribute name -> the attributes of ``cls``'s instances sharing its memory, as the
+        methods of ``cls`` and its analysed bases assign them."""
+        found = self._sharing_attributes.get(cls)
+        if found is None:
+            methods = [
+                stmt for klass in self.mro(cls) if isinstance(klass, ClassInfo)
+                for stmt in klass.node.body if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef)
+            ]
+            found = self._sharing_attributes[cls] = shared_attributes(methods)
+        return found
+
+    def sharing_globals(self: Analyzer, module: str) -> dict[str, frozenset[str]]:
+        """Module-level name -> the module-level names of ``module`` sharing its memory."""
+        found = self._sharing_globals.get(module)
+        if found is None:
+            info = self.load_module(module)
+            found = self._sharing_globals[module] = {} if isinstance(info, Unknown) else shared_globals(info.tree)
+        return found
 
     def stored_out_of_sight(self: Analyzer, frame: Frame, base: Value, value: Value, node: ast.AST) -> None:
         """The forward input, its tokens or token ids stored on an object the checker does not model
@@ -409,8 +449,6 @@ class StmtMixin:
 
 
 CONSTRUCTORS = frozenset({"__init__", "__new__", "__post_init__"})
-VIEWS = frozenset({"narrow", "view", "view_as", "reshape", "select", "flatten", "squeeze", "unsqueeze", "__getitem__"})
-"""Tensor methods whose result is a view of the tensor: writing into it writes into the tensor."""
 
 
 def _device_pattern(pattern: ast.pattern) -> str | None:

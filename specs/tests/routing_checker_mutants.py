@@ -942,3 +942,24 @@ def fills_seen_by_name_only(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "fill_in_place", lambda self, frame, expr, value: self.assign(frame, expr, value))
     patch.setattr(calls_module, "IN_PLACE_WRITES", frozenset({"copy_"}))
     patch.setattr(calls_module, "_argument_given", lambda func, node, param: None)
+
+
+@mutant(
+    "RCK-66/views-are-separate-values",
+    doc="A view of a tensor's memory is a value of its own: ids written through `t.numpy()`, "
+    "`np.asarray(t)` or an attribute bound to a view (`self.ids_np = self.ids.numpy()`) leave the "
+    "tensor as it was, and ids written into the tensor leave its views as they were.",
+)
+def views_are_separate_values(patch: MutantPatch) -> None:
+    tensor_views = {"narrow", "view", "view_as", "reshape", "select", "flatten", "squeeze", "unsqueeze", "__getitem__"}
+
+    def viewed(expr):  # type: ignore[no-untyped-def]
+        while isinstance(expr, ast.Subscript) or (
+            isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in tensor_views
+        ):
+            expr = expr.value if isinstance(expr, ast.Subscript) else expr.func.value
+        return expr
+
+    patch.setattr(execute_module, "viewed", viewed)
+    patch.setattr(Analyzer, "sharing_attributes", lambda self, cls: {})
+    patch.setattr(Analyzer, "sharing_globals", lambda self, module: {})

@@ -92,6 +92,7 @@ from .routing_checker_mutants import (
     thread_jobs_called_out_of_sight,
     to_device_loses_the_class,
     tokens_sent_into_generators_dropped,
+    views_are_separate_values,
     writes_handed_out_stale,
 )
 from .routing_checker_runtime import run_async, watch_placeholder_reads, zoo_on_path
@@ -500,38 +501,6 @@ def test_fills_in_place_are_seen_however_they_are_spelt():
     assert_zoo("state written in place, however spelt", {"honors", "ignores", "unknown"})
 
 
-_OWED_SOURCE = """
-import torch
-from torch import Tensor
-
-from czoo.servable import ServableLM
-from tokenstate.contracts import ForwardInput, entry_point
-
-
-class NumpyStagedLM(ServableLM):
-    def __init__(self, config: dict | None = None) -> None:
-        super().__init__(config)
-        self.input_ids = torch.zeros(4096, dtype=torch.long)  # [max_tokens]
-        self.input_ids_np = self.input_ids.numpy()  # vLLM's CpuGpuBuffer.np: a view of the same memory
-
-
-@entry_point
-def numpy_view_filled_on_fresh_steps(model: NumpyStagedLM, inp: ForwardInput) -> Tensor:
-    n = inp.num_tokens
-    if not inp.has_stale_rows:
-        model.input_ids_np[:n] = inp.host_tokens.ids.numpy()
-    return model.logits(model.embed(model.input_ids[:n]), inp)
-"""
-
-
-def _owed_verdict(tmp_path: Path, forward: str) -> str:
-    """The verdict of ``forward`` in :data:`_OWED_SOURCE`, a module beside the zoo's packages."""
-    (tmp_path / "owedcases.py").write_text(_OWED_SOURCE)
-    config = CheckerConfig(search_paths=(tmp_path, ZOO_ROOT), display_root=tmp_path).with_roots(["czoo"])
-    (result,) = check_entry_points([EntryTarget(forward, "owedcases", forward, True)], config).results
-    return result.verdict.value
-
-
-@pytest.mark.owed("RCK-66")
-def test_a_buffer_filled_through_its_numpy_view_holds_what_the_view_was_given(tmp_path):
-    assert _owed_verdict(tmp_path, "numpy_view_filled_on_fresh_steps") == "ignores"
+@pytest.mark.paid("RCK-66", before=views_are_separate_values)
+def test_a_buffer_filled_through_a_view_holds_what_the_view_was_given():
+    assert_zoo("a buffer filled through another view of its memory", {"honors", "ignores"})

@@ -237,6 +237,13 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.persistent", "a_helper_fills_its_own_clone_of_the_buffer"): ("honors", "state written in place, however spelt"),
     ("czoo.persistent", "an_unbound_copy_fills_the_model_buffer_on_fresh_steps"): ("ignores", "state written in place, however spelt"),
     ("czoo.persistent", "a_buffer_outside_the_analysed_modules_filled_on_fresh_steps"): ("ignores", "state written in place, however spelt"),
+    ("czoo.views", "module_numpy_view_filled_on_fresh_steps"): ("ignores", "a buffer filled through another view of its memory"),
+    ("czoo.views", "numpy_view_filled_on_fresh_steps"): ("ignores", "a buffer filled through another view of its memory"),
+    ("czoo.views", "numpy_view_filled_on_every_path"): ("honors", "a buffer filled through another view of its memory"),
+    ("czoo.views", "tensor_filled_on_fresh_steps_read_through_its_numpy_view"): ("ignores", "a buffer filled through another view of its memory"),
+    ("czoo.views", "local_numpy_view_filled_on_fresh_steps"): ("ignores", "a buffer filled through another view of its memory"),
+    ("czoo.views", "staging_buffer_filled_on_fresh_steps"): ("ignores", "a buffer filled through another view of its memory"),
+    ("czoo.views", "staging_buffer_filled_on_every_path"): ("honors", "a buffer filled through another view of its memory"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -263,4 +270,10 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.persistent", "an_out_argument_fills_the_model_buffer_on_fresh_steps"): ("czoo.persistent", "build_staging"),
     ("czoo.persistent", "a_helper_fills_the_model_buffer_on_every_path"): ("czoo.persistent", "build_staging"),
     ("czoo.persistent", "a_helper_fills_the_model_buffer_on_fresh_steps"): ("czoo.persistent", "build_staging"),
+    ("czoo.views", "numpy_view_filled_on_fresh_steps"): ("czoo.views", "build_numpy_staged"),
+    ("czoo.views", "numpy_view_filled_on_every_path"): ("czoo.views", "build_numpy_staged"),
+    ("czoo.views", "tensor_filled_on_fresh_steps_read_through_its_numpy_view"): ("czoo.views", "build_numpy_staged"),
+    ("czoo.views", "local_numpy_view_filled_on_fresh_steps"): ("czoo.views", "build_numpy_staged"),
+    ("czoo.views", "staging_buffer_filled_on_fresh_steps"): ("czoo.views", "build_buffered"),
+    ("czoo.views", "staging_buffer_filled_on_every_path"): ("czoo.views", "build_buffered"),
 }

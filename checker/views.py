@@ -1,0 +1,85 @@
+"""Views: expressions that name (part of) another tensor's memory, and the names that share it.
+
+Writing into a view writes into the tensor it views: ``buf[:n] = ids``, ``buf.view(-1).copy_(ids)``,
+``buf.numpy()[:n] = ids``. Engines keep such views beside their buffers — vLLM's ``CpuGpuBuffer``
+holds ``.np = .cpu.numpy()`` and fills the numpy array — so a name bound to a view of another
+(``self.ids_np = self.ids.numpy()``, ``IDS_NP = IDS.numpy()``) shares its memory: ids written
+through one are read through the other.
+"""
+
+from __future__ import annotations
+
+import ast
+
+VIEWS = frozenset({
+    "narrow", "view", "view_as", "reshape", "select", "flatten", "squeeze", "unsqueeze", "__getitem__",
+    "numpy", "detach", "t", "transpose", "permute", "movedim", "unflatten", "expand", "as_strided",
+})
+"""Tensor methods whose result is a view of the tensor: writing into it writes into the tensor
+(``numpy()``: the array shares the CPU tensor's memory)."""
+
+SHARING_FUNCTIONS = frozenset({"from_numpy", "asarray", "as_tensor", "frombuffer"})
+"""Functions whose result shares the memory of their first argument where it can (``torch.from_numpy``,
+``np.asarray`` of a CPU tensor, ``torch.as_tensor`` of an array): the same memory, another type."""
+
+
+def viewed(expr: ast.expr) -> ast.expr:
+    """The expression whose memory ``expr`` views: ``expr`` with its subscripts, view methods and
+    memory-sharing conversions taken off (``np.asarray(buf)[:n].view(-1)`` → ``buf``)."""
+    while True:
+        if isinstance(expr, ast.Subscript):
+            expr = expr.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in VIEWS:
+            expr = expr.func.value
+        elif isinstance(expr, ast.Call) and _function_name(expr.func) in SHARING_FUNCTIONS and len(expr.args) == 1:
+            expr = expr.args[0]
+        else:
+            return expr
+
+
+def _function_name(func: ast.expr) -> str | None:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+
+
+def shared_attributes(functions: list[ast.FunctionDef | ast.AsyncFunctionDef]) -> dict[str, frozenset[str]]:
+    """Attribute name -> every attribute sharing its memory, from the ``self.a = self.b.numpy()``
+    (or ``= self.b``, ``= self.b[:4]``...) assignments the methods ``functions`` make on their receiver.
+    An attribute sharing nothing is absent."""
+    pairs = []
+    for func in functions:
+        params = [*func.args.posonlyargs, *func.args.args]
+        if not params:
+            continue
+        receiver = params[0].arg
+        pairs += [
+            (target.attr, source.attr)
+            for node in ast.walk(func) if isinstance(node, ast.Assign)
+            for target in node.targets
+            if _on(target, receiver) and _on(source := viewed(node.value), receiver) and source.attr != target.attr  # type: ignore[union-attr]
+        ]
+    return _groups(pairs)
+
+
+def shared_globals(module: ast.Module) -> dict[str, frozenset[str]]:
+    """Module-level name -> every module-level name sharing its memory (``IDS_NP = IDS.numpy()``)."""
+    pairs = [
+        (target.id, source.id)
+        for stmt in module.body if isinstance(stmt, ast.Assign)
+        for target in stmt.targets
+        if isinstance(target, ast.Name) and isinstance(source := viewed(stmt.value), ast.Name) and source.id != target.id
+    ]
+    return _groups(pairs)
+
+
+def _on(expr: ast.expr, receiver: str) -> bool:
+    return isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == receiver
+
+
+def _groups(pairs: list[tuple[str, str]]) -> dict[str, frozenset[str]]:
+    """The connected groups of names ``pairs`` link, each name mapped to its group."""
+    groups: dict[str, frozenset[str]] = {}
+    for a, b in pairs:
+        merged = groups.get(a, frozenset({a})) | groups.get(b, frozenset({b}))
+        for name in merged:
+            groups[name] = merged
+    return groups
