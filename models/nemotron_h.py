@@ -10,13 +10,17 @@ restores the one after the last accepted draft (:mod:`tokenstate.models.draft_ch
 
 Checkpoints are NemotronH's HF format: ``backbone.*`` names and one tensor pair per expert
 (``backbone.layers.1.mixer.experts.0.up_proj.weight``), which is what HF writes on save. As in
-HF, ``tie_word_embeddings`` never ties a head the checkpoint holds (a warning says so).
+HF, ``tie_word_embeddings`` never ties a head the checkpoint holds (a warning says so); a tied
+checkpoint *without* ``lm_head.weight`` is served with the embedding as its head (HF 5.18 reports the
+head missing and leaves it random). Multi-token-prediction layers (``mtp.*``) are skipped with a
+warning, as HF skips them; legacy layer names (``mamba``, ``attention``) are mapped as HF maps them.
 
 **The Mamba2 step size.** ``dt = softplus(x + dt_bias)`` is clamped to the config's
 ``time_step_limit`` (default ``(0, inf)``: no clamp) on every step, prefill and decode alike, as
 mamba_ssm's kernels take ``dt_limit``. The peers differ here: HF transformers' torch path clamps a
 *prefill*'s dt from below at ``time_step_min`` (its decode path does not clamp), and vLLM clamps
-to ``(0, inf)`` whatever the config says. Where a trained checkpoint's dt falls below
+to ``(0, inf)`` whatever the config says: a finite upper bound is applied here and ignored by both
+peers (a warning says so at build). Where a trained checkpoint's dt falls below
 ``time_step_min`` during a prefill, HF's tokens can therefore differ from these (and from HF's own
 decode of the same positions); ``tokenstate gate --model DIR`` shows it. The reference preset
 sets ``time_step_min = 0``, where all of them agree.
@@ -25,6 +29,7 @@ sets ``time_step_min = 0``, where all of them agree.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -215,6 +220,9 @@ def build_nemotron_h(
     return model
 
 
+_MTP: Final = "mtp."  # multi-token-prediction layers: HF's NemotronH skips them on load
+
+
 def load_nemotron_h(
     path: str | Path, *, device: torch.device | str = "cpu"
 ) -> NemotronHForCausalLM:
@@ -223,11 +231,28 @@ def load_nemotron_h(
     settings = parse_nemotron_h_config(config)
     with torch.device(device):
         model = NemotronHForCausalLM(settings, config)
-    if settings["tie_word_embeddings"] and "lm_head.weight" in tensor_names(path):
+    names = tensor_names(path)
+    fused = sorted(n for n in names if re.search(r"\.mixer\.experts\.(gate_up_proj|up_proj|down_proj)$", n))
+    if fused:
+        raise ConfigError(
+            f"{path}: fused expert tensors ({', '.join(fused[:2])}{', ...' if len(fused) > 2 else ''}: HF's "
+            "in-memory layout) are not read; write one tensor pair per expert "
+            "(backbone.layers.N.mixer.experts.E.up_proj.weight), as HF's save_pretrained does."
+        )
+    skipped = sorted(n for n in names if n.startswith(_MTP))
+    if skipped:
+        warnings.warn(
+            f"{path}: the checkpoint's {len(skipped)} multi-token-prediction tensor(s) "
+            f"({', '.join(skipped[:3])}{', ...' if len(skipped) > 3 else ''}) are not loaded, as HF "
+            "skips them: the base model is served.",
+            UserWarning,
+            stacklevel=2,
+        )
+    if settings["tie_word_embeddings"] and "lm_head.weight" in names:
         # HF's NemotronH declares no tied weights: a head in the checkpoint is the head it serves.
         embeddings = model.backbone.embeddings.weight
         model.lm_head.weight = nn.Parameter(embeddings.detach().clone(), requires_grad=False)
-        load_state(model, path, model=ARCHITECTURE)
+        load_state(model, path, model=ARCHITECTURE, ignored=(_MTP,))
         if torch.equal(model.lm_head.weight, embeddings):
             model.lm_head.weight = embeddings  # tied after all (save_nemotron_h writes the copy)
         else:
@@ -238,7 +263,7 @@ def load_nemotron_h(
                 stacklevel=2,
             )
         return model
-    load_state(model, path, aliases=_aliases(settings), model=ARCHITECTURE)
+    load_state(model, path, aliases=_aliases(settings), model=ARCHITECTURE, ignored=(_MTP,))
     return model
 
 

@@ -9,6 +9,7 @@ absurd sizes, unknown layer types and inconsistent head counts with one clear ``
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -31,6 +32,10 @@ LAYER_TYPES: Final[dict[str, str]] = {
     "-": "mlp",
     "E": "moe",
 }
+
+# Old layer-type names still found in checkpoints' config.json, mapped as HF's
+# ``remap_legacy_layer_types`` maps them.
+_LEGACY_LAYER_TYPES: Final[dict[str, str]] = {"mamba": "linear_attention", "attention": "full_attention"}
 
 # Old HF names still found in checkpoints' config.json, mapped to the current ones.
 _ALIASES: Final[dict[str, str]] = {
@@ -126,14 +131,21 @@ def _normalise(config: Mapping[str, Any]) -> dict[str, Any]:
                     "values; keep only one."
                 )
             values[new] = values.pop(old)
-    pattern = values.pop("hybrid_override_pattern", None)
-    if pattern is not None:
-        if not isinstance(pattern, str) or any(ch not in LAYER_TYPES for ch in pattern):
-            raise ConfigError(
-                f"{ARCHITECTURE} config: hybrid_override_pattern {pattern!r} must be a string of "
-                f"{sorted(LAYER_TYPES)} (M=mamba, *=attention, -=mlp, E=moe)."
-            )
-        values.setdefault("layers_block_type", [LAYER_TYPES[ch] for ch in pattern])
+    # The MTP (multi-token-prediction) layers' pattern only describes checkpoint tensors that are
+    # not loaded (see load_nemotron_h); it is checked like the main one all the same.
+    for key, field in (("hybrid_override_pattern", "layers_block_type"), ("mtp_hybrid_override_pattern", "mtp_layers_block_type")):
+        pattern = values.pop(key, None)
+        if pattern is not None:
+            if not isinstance(pattern, str) or any(ch not in LAYER_TYPES for ch in pattern):
+                raise ConfigError(
+                    f"{ARCHITECTURE} config: {key} {pattern!r} must be a string of "
+                    f"{sorted(LAYER_TYPES)} (M=mamba, *=attention, -=mlp, E=moe)."
+                )
+            if values.get(field) is None:
+                values[field] = [LAYER_TYPES[ch] for ch in pattern]
+    for field in ("layers_block_type", "mtp_layers_block_type"):
+        if isinstance(values.get(field), list):
+            values[field] = [_LEGACY_LAYER_TYPES.get(t, t) if isinstance(t, str) else t for t in values[field]]
     if "time_step_limit" in values and isinstance(values["time_step_limit"], list | tuple):
         values["time_step_limit"] = [_finite_or_inf(v) for v in values["time_step_limit"]]
     return values
@@ -145,6 +157,9 @@ def _rules(values: dict[str, Any]) -> Iterable[str]:
     if not layers or len(layers) > 1024 or any(t not in known for t in layers):
         yield f"layers_block_type: must list 1..1024 layer types from {known}, got {layers!r}"
         return
+    mtp = values["mtp_layers_block_type"]
+    if mtp is not None and (len(mtp) > 1024 or any(t not in known for t in mtp)):
+        yield f"mtp_layers_block_type: must list layer types from {known}, got {mtp!r}"
     if values["num_hidden_layers"] not in (None, len(layers)):
         yield f"num_hidden_layers={values['num_hidden_layers']} disagrees with the {len(layers)} layers_block_type entries"
     if values["num_key_value_heads"] is None:
@@ -213,6 +228,14 @@ def parse_nemotron_h_config(config: Mapping[str, Any]) -> dict[str, Any]:
         float(values["time_step_limit"][0]),
         float(values["time_step_limit"][1]),
     )
+    if math.isfinite(values["time_step_limit"][1]) and any(t == "linear_attention" for t in values["layers_block_type"]):
+        warnings.warn(
+            f"{ARCHITECTURE} config: time_step_limit's upper bound {values['time_step_limit'][1]:g} is "
+            "applied to the Mamba2 step size, as mamba_ssm's kernels apply it; HF transformers and vLLM "
+            "ignore it (they clamp from below only), so their tokens differ from these.",
+            UserWarning,
+            stacklevel=3,
+        )
     eos = values["eos_token_id"]
     values["eos_token_ids"] = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
     if isinstance(eos, list):

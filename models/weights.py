@@ -120,7 +120,12 @@ _STALE_BUFFER = "rotary_emb.inv_freq"
 
 
 def load_state(
-    module: nn.Module, path: str | Path, *, aliases: Mapping[str, str] | None = None, model: str = "model"
+    module: nn.Module,
+    path: str | Path,
+    *,
+    aliases: Mapping[str, str] | None = None,
+    model: str = "model",
+    ignored: tuple[str, ...] = (),
 ) -> None:
     """Copy an HF-format directory's tensors into ``module``'s parameters, by name.
 
@@ -131,6 +136,8 @@ def load_state(
             head: ``{"lm_head.weight": "model.embed_tokens.weight"}``). An alias may be absent
             from the checkpoint; if present it must equal its source.
         model: name used in messages.
+        ignored: prefixes of checkpoint tensors the model does not use and HF skips on load too
+            (NemotronH's ``mtp.``); the caller says so.
     """
     aliases = dict(aliases or {})
     state = module.state_dict()
@@ -144,6 +151,7 @@ def load_state(
             raise ConfigError(f"{index} names tensors its shards do not hold: {', '.join(ghosts[:8])}.")
     # Old conversions kept rotary inverse frequencies, a buffer computed from the config: HF skips it.
     found = {n: v for n, v in found.items() if not (n.endswith(_STALE_BUFFER) and n not in expected)}
+    found = {n: v for n, v in found.items() if not (ignored and n.startswith(ignored) and n not in expected)}
     missing = sorted(n for n in expected if n not in found and n not in aliases)
     unexpected = sorted(n for n in found if n not in expected)
     misshaped = sorted(

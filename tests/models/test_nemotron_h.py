@@ -283,3 +283,63 @@ def test_a_tied_config_whose_checkpoint_holds_its_own_head_loads_that_head(tmp_p
         loaded = load_nemotron_h(tmp_path)
     assert torch.equal(loaded.lm_head.weight, head)
     assert torch.equal(loaded.backbone.embeddings.weight, tensors["backbone.embeddings.weight"])
+
+
+def test_legacy_layer_type_names_are_mapped_as_hf_maps_them():
+    """Older NemotronH configs name layers ``mamba`` and ``attention``; HF remaps them."""
+    names = {"linear_attention": "mamba", "full_attention": "attention"}
+    config = {**TINY_NEMOTRON_H, "layers_block_type": [names.get(t, t) for t in TINY_NEMOTRON_H["layers_block_type"]]}
+    model = build_nemotron_h(config, seed=0)
+    assert [b.layer_type for b in model.backbone.layers] == TINY_NEMOTRON_H["layers_block_type"]
+
+
+def test_mtp_layers_are_accepted_in_the_config_and_skipped_in_the_checkpoint(tmp_path):
+    """A checkpoint with multi-token-prediction layers (``mtp.*``, declared by
+    ``num_nextn_predict_layers`` and ``mtp_hybrid_override_pattern``) loads as HF loads it: the base
+    model's weights, the MTP tensors skipped — with a warning naming them, not silently."""
+    from safetensors.torch import load_file, save_file
+
+    model = build_nemotron_h(dict(TINY_NEMOTRON_H), seed=4)
+    save_nemotron_h(model, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.update(num_nextn_predict_layers=1, mtp_hybrid_override_pattern="*E")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    tensors = load_file(tmp_path / "model.safetensors")
+    mtp = {"mtp.layers.0.norm.weight": torch.ones(TINY_NEMOTRON_H["hidden_size"])}
+    save_file({**tensors, **mtp}, tmp_path / "model.safetensors")
+    with pytest.warns(UserWarning, match=r"1 multi-token-prediction tensor.*mtp\.layers\.0\.norm\.weight"):
+        loaded = load_nemotron_h(tmp_path)
+    assert loaded.settings["mtp_layers_block_type"] == ["full_attention", "moe"]
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+
+
+def test_a_bad_mtp_pattern_is_refused():
+    with pytest.raises(ConfigError, match="mtp_hybrid_override_pattern"):
+        build_nemotron_h({**TINY_NEMOTRON_H, "mtp_hybrid_override_pattern": "*X"}, seed=0)
+
+
+def test_a_finite_time_step_upper_bound_is_applied_and_said_to_differ_from_the_peers():
+    """HF transformers and vLLM clamp dt below only; a finite upper bound is applied here, as
+    mamba_ssm's kernels apply it, so the tokens differ from theirs: a warning says so."""
+    with pytest.warns(UserWarning, match=r"time_step_limit.*0\.02.*HF transformers and vLLM ignore"):
+        model = build_nemotron_h({**TINY_NEMOTRON_H, "time_step_limit": [0.0, 0.02]}, seed=0)
+    mixer = next(b.mixer for b in model.backbone.layers if b.layer_type == "linear_attention")
+    assert mixer.dt_max == 0.02
+
+
+def test_fused_expert_tensors_are_refused_with_the_layout_to_save_instead(tmp_path):
+    """Experts stacked into one ``[experts, out, in]`` tensor (HF's in-memory layout) are not read:
+    the error says which layout to write, instead of listing every per-expert tensor as missing."""
+    from safetensors.torch import load_file, save_file
+
+    save_nemotron_h(build_nemotron_h(dict(TINY_NEMOTRON_H), seed=0), tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    layer = next(n.split(".mixer.")[0] for n in tensors if ".mixer.experts.0.up_proj.weight" in n)
+    for part in ("up_proj", "down_proj"):
+        names = sorted((n for n in tensors if n.startswith(f"{layer}.mixer.experts.") and n.endswith(f".{part}.weight")),
+                       key=lambda n: int(n.split(".experts.")[1].split(".")[0]))
+        tensors[f"{layer}.mixer.experts.{part}"] = torch.stack([tensors.pop(n) for n in names])
+    save_file(tensors, tmp_path / "model.safetensors")
+    with pytest.raises(ConfigError, match=r"fused expert tensors.*experts\.up_proj.*one tensor pair per expert"):
+        load_nemotron_h(tmp_path)
