@@ -259,6 +259,14 @@ class CallMixin:
             if names is not None and len(names) == 1:  # setattr(obj, "name", v): the assignment it spells
                 self.assign(frame, ast.Attribute(value=node.args[0], attr=names[0], ctx=ast.Store()), args[2])
                 return OPAQUE
+        if (
+            isinstance(node.func, ast.Attribute) and node.func.attr in NAMED_SETTERS and len(node.args) >= 2
+            and isinstance(self.eval(frame, node.func.value), Instance)
+        ):
+            names = self.constant_names(frame, node.args[0])
+            if names is not None and len(names) == 1:  # module.register_buffer("name", t): module.name = t
+                self.assign(frame, ast.Attribute(value=node.func.value, attr=names[0], ctx=ast.Store()), args[1])
+                return OPAQUE
         if isinstance(node.func, ast.Attribute) and node.func.attr in IN_PLACE_WRITES:
             # buf[:n].copy_(ids), buf.index_copy_(0, i, ids); called unbound on the class
             # (torch.Tensor.copy_(buf, ids)), the tensor written into is the first argument
@@ -625,6 +633,9 @@ def is_code(value: Value) -> bool:
     return isinstance(value, Func | Instance | Partial | ClassRef | GenCM)
 
 
+NAMED_SETTERS = frozenset({"register_buffer"})
+"""Methods of an analysed object that assign the attribute their first argument names (``nn.Module``'s
+``register_buffer("last_ids", t)`` is ``self.last_ids = t``)."""
 IN_PLACE_WRITES = frozenset({"copy_", "index_copy_", "scatter_", "index_put_", "masked_scatter_", "put_"})
 """Tensor methods that write what they are given into the tensor they are called on."""
 _FILLS = frozenset({"append", "insert", "extend", "update", "setdefault"})

@@ -352,6 +352,13 @@ class StmtMixin:
             else:
                 self.stored_out_of_sight(frame, base, value, target)
         elif isinstance(target, ast.Subscript):
+            spelt = self.assignment_spelt(frame, target)
+            if spelt is not None:  # globals()["KEPT"] = v, obj.__dict__["ids"] = v: the assignment it spells
+                if isinstance(spelt, ast.Name):
+                    frame.write_cell(module_cell(frame, spelt.id), value)
+                else:
+                    self.assign(frame, spelt, value)
+                return
             base = self.eval(frame, target.value)
             self.eval(frame, target.slice)
             if isinstance(base, Cell) and base.kind == "stack":
@@ -366,6 +373,24 @@ class StmtMixin:
                 self.write_into(frame, target.value, value)  # buf[:n] = ids: a tensor filled in place
             else:
                 self.stored_out_of_sight(frame, base, value, target)
+
+    def assignment_spelt(self: Analyzer, frame: Frame, target: ast.Subscript) -> ast.Name | ast.Attribute | None:
+        """The plain assignment target an item write into a namespace spells, where its key is a
+        fixed string: ``globals()["KEPT"]`` is the module global ``KEPT`` (a name some function
+        writes as ``global KEPT`` would be: :func:`~tokenstate.checker.sources.global_names_spelt`);
+        ``obj.__dict__["ids"]`` and ``vars(obj)["ids"]`` are ``obj.ids``."""
+        keys = self.constant_names(frame, target.slice)
+        if keys is None or len(keys) != 1:
+            return None
+        namespace = target.value
+        if isinstance(namespace, ast.Call) and isinstance(namespace.func, ast.Name) and not namespace.keywords:
+            if namespace.func.id == "globals" and not namespace.args and frame.func is not None:
+                return ast.copy_location(ast.Name(id=keys[0], ctx=ast.Store()), target)
+            if namespace.func.id == "vars" and len(namespace.args) == 1:
+                namespace = ast.Attribute(value=namespace.args[0], attr="__dict__", ctx=ast.Load())
+        if isinstance(namespace, ast.Attribute) and namespace.attr == "__dict__" and isinstance(self.eval(frame, namespace.value), Instance):
+            return ast.copy_location(ast.Attribute(value=namespace.value, attr=keys[0], ctx=ast.Store()), target)
+        return None
 
     def write_into(self: Analyzer, frame: Frame, expr: ast.expr, value: Value) -> None:
         """Ids written into (part of) the tensor ``expr`` names — ``buf[:n] = ids``,

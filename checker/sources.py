@@ -133,6 +133,8 @@ def _tabulate(info: ModuleInfo) -> None:
             and node.func.attr in ("update", "setdefault") and isinstance(node.func.value, ast.Name)
         ):
             info.filled.add(node.func.value.id)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            info.global_cells.update(name for inner in ast.walk(node) for name in global_names_spelt(inner))
         if isinstance(node, ast.Global):
             info.global_cells.update(node.names)
         elif (
@@ -209,3 +211,16 @@ class SourceTable:
         info = ModuleInfo(name, origin, is_package, tree)
         _tabulate(info)
         return info
+
+
+def global_names_spelt(node: ast.AST) -> list[str]:
+    """The module globals an assignment ``globals()["NAME"] = ...`` writes (a fixed string key). Made
+    in a function, each is a scope cell, as a name declared ``global`` there is; at module level it
+    is a plain binding."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+    return [
+        t.slice.value for t in targets
+        if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str)
+        and isinstance(t.value, ast.Call) and isinstance(t.value.func, ast.Name) and t.value.func.id == "globals"
+        and not t.value.args
+    ]

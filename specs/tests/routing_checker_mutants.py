@@ -963,3 +963,14 @@ def views_are_separate_values(patch: MutantPatch) -> None:
     patch.setattr(execute_module, "viewed", viewed)
     patch.setattr(Analyzer, "sharing_attributes", lambda self, cls: {})
     patch.setattr(Analyzer, "sharing_globals", lambda self, module: {})
+
+
+@mutant(
+    "RCK-67/names-spelt-at-run-time-unseen",
+    doc="`globals()[\"NAME\"] = v`, `obj.__dict__[\"name\"] = v`, `vars(obj)[\"name\"] = v` and "
+    "`module.register_buffer(\"name\", t)` are item writes and calls like any other: the global or "
+    "attribute they assign keeps what it held.",
+)
+def names_spelt_at_run_time_unseen(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "assignment_spelt", lambda self, frame, target: None)
+    patch.setattr(calls_module, "NAMED_SETTERS", frozenset())

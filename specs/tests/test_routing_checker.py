@@ -72,6 +72,7 @@ from .routing_checker_mutants import (
     module_and_class_state_read_as_defined,
     module_dict_attributes_opaque,
     module_level_class_patches_unseen,
+    names_spelt_at_run_time_unseen,
     none_beside_device_tokens_dropped,
     one_level_of_star_imports,
     only_embedding_sinks_count,
@@ -504,3 +505,8 @@ def test_fills_in_place_are_seen_however_they_are_spelt():
 @pytest.mark.paid("RCK-66", before=views_are_separate_values)
 def test_a_buffer_filled_through_a_view_holds_what_the_view_was_given():
     assert_zoo("a buffer filled through another view of its memory", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-67", before=names_spelt_at_run_time_unseen)
+def test_state_kept_under_a_name_spelt_at_run_time_is_the_assignment_it_spells():
+    assert_zoo("state kept under a name spelt at run time", {"honors", "ignores"})

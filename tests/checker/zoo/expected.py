@@ -244,6 +244,10 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.views", "local_numpy_view_filled_on_fresh_steps"): ("ignores", "a buffer filled through another view of its memory"),
     ("czoo.views", "staging_buffer_filled_on_fresh_steps"): ("ignores", "a buffer filled through another view of its memory"),
     ("czoo.views", "staging_buffer_filled_on_every_path"): ("honors", "a buffer filled through another view of its memory"),
+    ("czoo.kept_by_name", "a_buffer_registered_on_fresh_steps"): ("ignores", "state kept under a name spelt at run time"),
+    ("czoo.kept_by_name", "globals_keep_host_ids_of_fresh_steps"): ("ignores", "state kept under a name spelt at run time"),
+    ("czoo.kept_by_name", "globals_written_on_every_path"): ("honors", "state kept under a name spelt at run time"),
+    ("czoo.kept_by_name", "instance_dict_keeps_host_ids_of_fresh_steps"): ("ignores", "state kept under a name spelt at run time"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -276,4 +280,6 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.views", "local_numpy_view_filled_on_fresh_steps"): ("czoo.views", "build_numpy_staged"),
     ("czoo.views", "staging_buffer_filled_on_fresh_steps"): ("czoo.views", "build_buffered"),
     ("czoo.views", "staging_buffer_filled_on_every_path"): ("czoo.views", "build_buffered"),
+    ("czoo.kept_by_name", "a_buffer_registered_on_fresh_steps"): ("czoo.kept_by_name", "build_registering"),
+    ("czoo.kept_by_name", "instance_dict_keeps_host_ids_of_fresh_steps"): ("czoo.kept_by_name", "build_registering"),
 }
