@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from tokenstate.checker.evaluate import STATE_DUMPS, element_of, host_kind
-from tokenstate.checker.frame import Event, Frame, Summary
+from tokenstate.checker.frame import RESULT_CACHES, Event, Frame, Summary, cached_cell
 from tokenstate.checker.guards import expression_path, fresh_row_fact
 from tokenstate.checker.resolve import decorator_names
 from tokenstate.checker.values import (
@@ -330,7 +330,8 @@ class CallMixin:
                 return self.call(frame, applied, args, kwargs, node)
             ret = self.invoke(frame, func, args, kwargs, node).ret
             if self.decorators(func) & RESULT_CACHES:  # a later call may get this call's result
-                return stored_beyond_the_call(ret)
+                # ... and what was written into it since: step_buffer(n)[:k].copy_(ids)
+                return join(stored_beyond_the_call(ret), frame.published.get(cached_cell(func.info)))
             return ret
         if isinstance(func, ClassRef):
             return self.instantiate(frame, func.info, args, kwargs, node)
@@ -572,10 +573,6 @@ class CallMixin:
                     return self.invoke(frame, bound, (), (), node).ret
             return manager
         return OPAQUE
-
-
-RESULT_CACHES = frozenset({"lru_cache", "cache"})
-"""functools decorators that hand a later call what an earlier one returned."""
 
 
 SWALLOWING_MANAGERS = frozenset({"contextlib.suppress", "contextlib.ExitStack", "contextlib.AsyncExitStack"})

@@ -16,7 +16,7 @@ from tokenstate.checker.config import CheckerConfig, SinkSpec
 from tokenstate.checker.evaluate import ExprMixin
 from tokenstate.checker.execute import StmtMixin
 from tokenstate.checker.externals import HIDDEN, ExternalMixin
-from tokenstate.checker.frame import Event, Frame, Summary
+from tokenstate.checker.frame import Event, Frame, Summary, default_cell
 from tokenstate.checker.guards import GuardMixin
 from tokenstate.checker.report import (
     CheckReport,
@@ -145,6 +145,9 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
             if param.arg not in env:
                 default = defaults.get(param.arg)
                 env[param.arg] = OPAQUE if default is None else self.eval(module_frame, default)
+                if default is not None and _is_mutable_literal(default):  # one object for every call
+                    cell = frame.default_cells[param.arg] = default_cell(func.info, param.arg)
+                    env[param.arg] = frame.published.get(cell, env[param.arg])
         frame.params = frozenset(p.arg for p in [*positional, *spec.kwonlyargs])
         if func.info.owner is not None and positional and "staticmethod" not in self.decorators(func):
             frame.self_name = positional[0].arg
@@ -366,3 +369,12 @@ def check_entry_points(targets: Sequence[EntryTarget], config: CheckerConfig | N
     roots |= {t.model_module.partition(".")[0] for t in targets if t.model_module}
     analyzer = Analyzer(config.with_roots(roots))
     return CheckReport([analyzer.check(target) for target in targets])
+
+
+def _is_mutable_literal(default: ast.expr) -> bool:
+    """Whether a parameter default builds a container (``[]``, ``{}``, ``set()``...): evaluated
+    once, at the def, so every call that does not pass the argument shares that one object."""
+    return isinstance(default, ast.List | ast.Dict | ast.Set) or (
+        isinstance(default, ast.Call) and isinstance(default.func, ast.Name)
+        and default.func.id in ("list", "dict", "set", "bytearray")
+    )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from tokenstate.checker.frame import Frame, class_cell, module_cell
+from tokenstate.checker.frame import Frame, class_cell, closure_cell, module_cell
 from tokenstate.checker.guards import STALE_ROWS, Facts, expression_path, is_none_compare
 from tokenstate.checker.sources import ModuleInfo
 from tokenstate.checker.values import (
@@ -231,10 +231,14 @@ class ExprMixin:
             frame.env = saved
 
     def lookup_name(self: Analyzer, frame: Frame, name: str, node: ast.AST) -> Value:
+        if frame.default_cells and name in frame.default_cells and frame.default_cells[name] in frame.published:
+            return frame.published[frame.default_cells[name]]  # the shared default, as calls left it
         if name in frame.env:
             return frame.env[name]
         if name in frame.closure:
-            return frame.closure[name]
+            cell = closure_cell(frame, name) if frame.published else None
+            kept = frame.published.get(cell) if cell is not None else None
+            return frame.closure[name] if kept is None else kept  # what a `nonlocal` write left there
         cell = module_cell(frame, name)
         if name in frame.module.global_cells and frame.func is not None:
             if cell in frame.published:

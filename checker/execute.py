@@ -11,7 +11,15 @@ import ast
 from typing import TYPE_CHECKING
 
 from tokenstate.checker.evaluate import element_of
-from tokenstate.checker.frame import Frame, buffer_cell, class_cell, module_cell
+from tokenstate.checker.frame import (
+    RESULT_CACHES,
+    Frame,
+    buffer_cell,
+    cached_cell,
+    class_cell,
+    closure_cell,
+    module_cell,
+)
 from tokenstate.checker.guards import Facts, fresh_row_fact, meet
 from tokenstate.checker.values import (
     NO_KEY,
@@ -123,6 +131,8 @@ class StmtMixin:
                     frame.env[bound] = self._resolve_import_from(frame.module, stmt, bound)
         elif isinstance(stmt, ast.Global):
             frame.globals_declared.update(stmt.names)
+        elif isinstance(stmt, ast.Nonlocal):
+            frame.nonlocals_declared.update(stmt.names)
         elif isinstance(stmt, ast.Assert):
             self.eval(frame, stmt.test)
         return False
@@ -320,8 +330,12 @@ class StmtMixin:
     def assign(self: Analyzer, frame: Frame, target: ast.expr, value: Value) -> None:
         if isinstance(target, ast.Name):
             frame.aliases.pop(target.id, None)  # bound anew: no longer names what it named
+            frame.default_cells.pop(target.id, None)
+            cell = closure_cell(frame, target.id) if target.id in frame.nonlocals_declared else None
             if target.id in frame.globals_declared:
                 frame.write_cell(module_cell(frame, target.id), value)
+            elif cell is not None:  # a closure's enclosing variable: it outlives this call
+                frame.write_cell(cell, value)
             else:
                 frame.env[target.id] = value
             if fresh_row_fact(target.id) in frame.narrow:  # another row now: what held of the old one does not
@@ -397,6 +411,12 @@ class StmtMixin:
         ``buf[:n].copy_(ids)``: the variable or attribute holding it holds them from now on, as
         an attribute assignment would (vLLM's persistent input buffers)."""
         expr = viewed(expr)  # buf[:n], buf.narrow(0, 0, n), buf.numpy()...: (a part of) the memory buf names
+        if isinstance(expr, ast.Call):  # step_buffer(n)[:k] = ids, the object a cached factory hands out
+            factory = self.eval(frame, expr.func)
+            if isinstance(factory, Func) and self.decorators(factory) & RESULT_CACHES:
+                cell = cached_cell(factory.info)
+                frame.write_cell(cell, join(frame.published.get(cell), taint(value)))
+            return
         if isinstance(expr, ast.Name | ast.Attribute):
             self.fill_in_place(frame, expr, join(self.eval(frame, expr), taint(value)), tensor=True)
 
@@ -416,7 +436,11 @@ class StmtMixin:
                 frame.write_cell(buffer_cell(f"{module}.{sharing}"), value)
             return
         aliased = frame.aliases.get(expr.id) if tensor and isinstance(expr, ast.Name) else None
+        shared = frame.default_cells.get(expr.id) if isinstance(expr, ast.Name) else None
         self.assign(frame, expr, value)
+        if shared is not None:  # def f(..., seen=[]): seen.append(ids) fills the one default list
+            frame.default_cells[expr.id] = shared
+            frame.write_cell(shared, value)
         if tensor and isinstance(expr, ast.Attribute):
             self.fill_sharing_attributes(frame, expr, value)
         if tensor and isinstance(expr, ast.Name):

@@ -63,6 +63,10 @@ class Frame:
     self_value: Value | None = None
     closure: dict[str, Value] = field(default_factory=dict)
     globals_declared: set[str] = field(default_factory=set)
+    nonlocals_declared: set[str] = field(default_factory=set)
+    # parameters bound to their mutable default (`_seen=[]`), by the scope cell that object is: one
+    # list for every call, filled in one and read in the next
+    default_cells: dict[str, str] = field(default_factory=dict)
     events: dict[tuple[str, Hop, Value, str], Event] = field(default_factory=dict)
     writes: dict[str, Value] = field(default_factory=dict)
     self_writes: dict[str, Value] = field(default_factory=dict)
@@ -164,6 +168,30 @@ the attributes written on its receiver and on other objects."""
 def module_cell(frame: Frame, name: str) -> str:
     """The scope cell of module-level variable ``name`` of ``frame``'s module."""
     return f"{frame.module.name}.{name}"
+
+
+def closure_cell(frame: Frame, name: str) -> str | None:
+    """The scope cell of variable ``name`` of the function enclosing ``frame``'s (a closure's
+    ``nonlocal name``): one cell for every closure of the enclosing call's scope, kept across calls
+    of those closures. ``None`` outside a nested function."""
+    if frame.func is None or ".<locals>." not in frame.func.qualname:
+        return None
+    return f"{frame.module.name}.{frame.func.qualname.rpartition('.<locals>.')[0]}.<locals>.{name}"
+
+
+def default_cell(func: FuncInfo, param: str) -> str:
+    """The scope cell of the mutable default of ``func``'s parameter ``param`` (``def f(x, seen=[])``)."""
+    return f"{func.dotted}.<default>.{param}"
+
+
+RESULT_CACHES = frozenset({"lru_cache", "cache"})
+"""functools decorators that hand a later call what an earlier one returned."""
+
+
+def cached_cell(func: FuncInfo) -> str:
+    """The scope cell of what was written into the results of ``func``, an ``lru_cache`` /
+    ``functools.cache`` function: a later call may be handed the same object."""
+    return f"{func.dotted}.<cached>"
 
 
 def class_cell(info: ClassInfo, name: str) -> str:

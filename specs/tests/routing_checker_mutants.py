@@ -6,6 +6,7 @@ import ast
 import dataclasses
 
 import tokenstate.checker.calls as calls_module
+import tokenstate.checker.engine as engine_module
 import tokenstate.checker.evaluate as evaluate_module
 import tokenstate.checker.execute as execute_module
 import tokenstate.checker.externals as externals_module
@@ -974,3 +975,16 @@ def views_are_separate_values(patch: MutantPatch) -> None:
 def names_spelt_at_run_time_unseen(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "assignment_spelt", lambda self, frame, target: None)
     patch.setattr(calls_module, "NAMED_SETTERS", frozenset())
+
+
+@mutant(
+    "RCK-68/closures-defaults-and-caches-forget",
+    doc="A closure's `nonlocal` variable, a mutable default argument and the object an `lru_cache` "
+    "factory hands out start every call as they were built: what an earlier call left in them is not "
+    "seen.",
+)
+def closures_defaults_and_caches_forget(patch: MutantPatch) -> None:
+    patch.setattr(execute_module, "closure_cell", lambda frame, name: None)
+    patch.setattr(evaluate_module, "closure_cell", lambda frame, name: None)
+    patch.setattr(engine_module, "_is_mutable_literal", lambda default: False)
+    patch.setattr(execute_module, "RESULT_CACHES", frozenset())

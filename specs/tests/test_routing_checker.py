@@ -37,6 +37,7 @@ from .routing_checker_mutants import (
     build_assignments_and_method_type_unseen,
     class_decorators_and_hooks_unseen,
     class_patching_by_direct_assignment_only,
+    closures_defaults_and_caches_forget,
     code_given_as_text_is_data,
     code_handed_out_reaches_nothing,
     compiled_code_followed_as_plain,
@@ -510,3 +511,8 @@ def test_a_buffer_filled_through_a_view_holds_what_the_view_was_given():
 @pytest.mark.paid("RCK-67", before=names_spelt_at_run_time_unseen)
 def test_state_kept_under_a_name_spelt_at_run_time_is_the_assignment_it_spells():
     assert_zoo("state kept under a name spelt at run time", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-68", before=closures_defaults_and_caches_forget)
+def test_state_kept_in_closures_defaults_and_cached_factories_is_read_back():
+    assert_zoo("state kept in a closure, a default argument or a cached factory", {"honors", "ignores"})

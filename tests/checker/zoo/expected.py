@@ -248,6 +248,12 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.kept_by_name", "globals_keep_host_ids_of_fresh_steps"): ("ignores", "state kept under a name spelt at run time"),
     ("czoo.kept_by_name", "globals_written_on_every_path"): ("honors", "state kept under a name spelt at run time"),
     ("czoo.kept_by_name", "instance_dict_keeps_host_ids_of_fresh_steps"): ("ignores", "state kept under a name spelt at run time"),
+    ("czoo.kept_by_name", "a_nonlocal_keeps_host_ids_of_fresh_steps"): ("ignores", "state kept in a closure, a default argument or a cached factory"),
+    ("czoo.kept_by_name", "a_default_argument_keeps_host_ids_of_fresh_steps"): ("ignores", "state kept in a closure, a default argument or a cached factory"),
+    ("czoo.kept_by_name", "a_cached_buffer_filled_on_fresh_steps"): ("ignores", "state kept in a closure, a default argument or a cached factory"),
+    ("czoo.kept_by_name", "a_nonlocal_written_on_every_path"): ("honors", "state kept in a closure, a default argument or a cached factory"),
+    ("czoo.kept_by_name", "a_default_argument_given_ids_on_every_path"): ("honors", "state kept in a closure, a default argument or a cached factory"),
+    ("czoo.kept_by_name", "a_cached_buffer_filled_on_every_path"): ("honors", "state kept in a closure, a default argument or a cached factory"),
 }
 
 # The forwards whose model class comes from their factory's build function.

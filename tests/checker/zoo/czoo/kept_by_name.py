@@ -6,6 +6,8 @@ Each is the plain assignment it spells (``self.last_ids = ids``, ``global KEPT; 
 ids kept that way on fresh steps and embedded on every step hand a stale step an earlier step's ids.
 """
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -59,3 +61,95 @@ def instance_dict_keeps_host_ids_of_fresh_steps(model: RegisteringLM, inp: Forwa
     if not inp.has_stale_rows:
         model.__dict__["kept_ids"] = inp.host_tokens.ids
     return model.logits(model.embed(fit(model.kept_ids, inp.num_tokens)), inp)
+
+
+def make_remembering_forward():
+    """A forward built as a closure that keeps the last fresh step's ids in its enclosing scope."""
+    kept = torch.zeros(1, dtype=torch.long)  # [1]: until the first fresh step writes it
+
+    def forward(model: ServableLM, inp: ForwardInput) -> Tensor:
+        nonlocal kept
+        if not inp.has_stale_rows:
+            kept = inp.host_tokens.ids
+        return model.logits(model.embed(fit(kept, inp.num_tokens)), inp)
+
+    return forward
+
+
+_remembering_forward = make_remembering_forward()
+
+
+@entry_point
+def a_nonlocal_keeps_host_ids_of_fresh_steps(model: ServableLM, inp: ForwardInput) -> Tensor:
+    return _remembering_forward(model, inp)
+
+
+def remember(ids: Tensor | None, _kept: list = []) -> Tensor:  # noqa: B006 - the default is the cache
+    """The last ids given, kept in the default argument (one list for every call)."""
+    if ids is not None:
+        _kept[:] = [ids]
+    return _kept[0]
+
+
+@entry_point
+def a_default_argument_keeps_host_ids_of_fresh_steps(model: ServableLM, inp: ForwardInput) -> Tensor:
+    kept = remember(inp.host_tokens.ids if not inp.has_stale_rows else None)
+    return model.logits(model.embed(fit(kept, inp.num_tokens)), inp)
+
+
+@functools.cache
+def step_buffer(size: int) -> Tensor:
+    return torch.zeros(size, dtype=torch.long)  # [size]: one buffer per size, for every call
+
+
+@entry_point
+def a_cached_buffer_filled_on_fresh_steps(model: ServableLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        step_buffer(4096)[:n].copy_(inp.host_tokens.ids)
+    return model.logits(model.embed(step_buffer(4096)[:n]), inp)
+
+
+def make_staging_forward():
+    """The same closure, writing its enclosing variable on every path."""
+    kept = torch.zeros(1, dtype=torch.long)  # [1]
+
+    def forward(model: ServableLM, inp: ForwardInput) -> Tensor:
+        nonlocal kept
+        if not inp.has_stale_rows:
+            kept = inp.host_tokens.ids
+        else:
+            kept = inp.device_tokens.ids
+        return model.logits(model.embed(kept), inp)
+
+    return forward
+
+
+_staging_forward = make_staging_forward()
+
+
+@entry_point
+def a_nonlocal_written_on_every_path(model: ServableLM, inp: ForwardInput) -> Tensor:
+    return _staging_forward(model, inp)
+
+
+def keep(ids: Tensor, _kept: list = []) -> Tensor:  # noqa: B006 - the default is the cache
+    """The ids given, kept in the default argument on every call."""
+    _kept[:] = [ids]
+    return _kept[0]
+
+
+@entry_point
+def a_default_argument_given_ids_on_every_path(model: ServableLM, inp: ForwardInput) -> Tensor:
+    kept = keep(inp.host_tokens.ids if not inp.has_stale_rows else inp.device_tokens.ids)
+    return model.logits(model.embed(kept), inp)
+
+
+@entry_point
+def a_cached_buffer_filled_on_every_path(model: ServableLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        step_buffer(4096)[:n].copy_(inp.host_tokens.ids)
+    else:
+        step_buffer(4096)[:n].copy_(inp.device_tokens.ids)
+    return model.logits(model.embed(step_buffer(4096)[:n]), inp)
