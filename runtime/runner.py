@@ -51,7 +51,11 @@ from tokenstate.runtime.prefault import fault_in_lazy_pages
 from tokenstate.runtime.registry import ModelFactory
 from tokenstate.runtime.sampler import SamplingRows, sample, sample_greedy
 from tokenstate.runtime.scheduler import Request, ScheduledBatch
-from tokenstate.runtime.slot_memory import check_slot_state_fits, slot_state_allocation
+from tokenstate.runtime.slot_memory import (
+    check_slot_state_fits,
+    slot_state_allocation,
+    step_state_allocation,
+)
 from tokenstate.runtime.spec_decode import propose_ngram
 from tokenstate.runtime.stream import stream_for
 
@@ -125,6 +129,7 @@ class ModelRunner:
         self.stream = stream_for(self.device, config.chaos, config.cpu_stream)
         with slot_state_allocation(max_num_seqs, max_model_len):
             self.table = HostTokenTable(max_num_seqs, max_model_len)
+        with step_state_allocation(budget, max_num_seqs, max_model_len):
             self.mirror = DeviceMirror(
                 max_num_seqs,
                 self.stream,
@@ -132,8 +137,8 @@ class ModelRunner:
                 max_drafts=self.num_drafts,
                 capacity=3 * budget + 12 * max_num_seqs * (1 + self.num_drafts) + 2,
             )
-            with torch.inference_mode():
-                model.allocate_slots(max_num_seqs)
+        with slot_state_allocation(max_num_seqs, max_model_len), torch.inference_mode():
+            model.allocate_slots(max_num_seqs)
         check_slot_state_fits(model, max_num_seqs, max_model_len)  # before the first task backs it
         # The device side is complete: a stream whose device is another process forks it here.
         self.stream.start((self, self.model, *self.mirror.device_objects()))

@@ -27,7 +27,13 @@ import torch
 from tokenstate.contracts import ConfigError
 from tokenstate.runtime.prefault import lazy_page_bytes
 
-__all__ = ["available_memory_bytes", "check_slot_state_fits", "model_allocation", "slot_state_allocation"]
+__all__ = [
+    "available_memory_bytes",
+    "check_slot_state_fits",
+    "model_allocation",
+    "slot_state_allocation",
+    "step_state_allocation",
+]
 
 _GIB = 1 << 30
 # torch's CPU allocator reports a failed allocation as a plain RuntimeError; these name it.
@@ -72,6 +78,25 @@ def slot_state_allocation(max_num_seqs: int, max_model_len: int) -> Iterator[Non
         raise ConfigError(
             f"LLM: the slot state for max_num_seqs={max_num_seqs} does not fit in memory ({exc}); "
             f"{_advice(max_num_seqs, max_model_len)}."
+        ) from exc
+
+
+@contextlib.contextmanager
+def step_state_allocation(max_num_batched_tokens: int, max_num_seqs: int, max_model_len: int) -> Iterator[None]:
+    """Around the device mirror's allocation, which stages ids and metadata for up to
+    ``max_num_batched_tokens`` tokens a step besides each slot's state: a failed allocation becomes
+    a :class:`ConfigError` naming the step budget first."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        if not _failed_allocation(exc):
+            raise
+        used = max_num_seqs * max_model_len
+        raise ConfigError(
+            f"LLM: the step buffers for max_num_batched_tokens={max_num_batched_tokens} and the slot "
+            f"state for max_num_seqs={max_num_seqs} do not fit in memory ({exc}); lower "
+            f"max_num_batched_tokens (a step stages ids for that many tokens; more than max_num_seqs x "
+            f"max_model_len = {used} is never used), or {_advice(max_num_seqs, max_model_len)}."
         ) from exc
 
 

@@ -90,3 +90,17 @@ def test_weights_that_fail_to_allocate_are_a_config_error_naming_the_model(monke
     monkeypatch.setattr(llm_module, "_build_or_load", other_error)
     with pytest.raises(RuntimeError, match="some kernel failed"):  # not an allocation: untouched
         LLM("tiny-llama")
+
+
+def test_a_step_budget_too_large_for_memory_is_a_config_error_naming_max_num_batched_tokens(monkeypatch) -> None:
+    # The device mirror stages ids and metadata for max_num_batched_tokens tokens a step; its
+    # failing allocation blamed max_num_seqs, which lowering cannot fix.
+    def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise MemoryError("cannot allocate 51539607552 bytes")
+
+    monkeypatch.setattr("tokenstate.runtime.runner.DeviceMirror", refuse)
+    with pytest.raises(ConfigError, match=(
+        r"max_num_batched_tokens=2147483647 .* do not fit in memory.*lower max_num_batched_tokens .*"
+        r"more than max_num_seqs x max_model_len = 2048 .* never used"
+    )):
+        LLM("tiny-llama", max_num_seqs=2, max_num_batched_tokens=2**31 - 1)
