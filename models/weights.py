@@ -182,6 +182,7 @@ def load_state(
     for name, (_, _, file) in found.items():
         by_file.setdefault(file, []).append(name)
     tied_copies: dict[str, torch.Tensor] = {}
+    damaged: list[str] = []
     with torch.no_grad():
         for file, names in by_file.items():
             with safe_open(str(file), framework="pt") as handle:
@@ -190,6 +191,14 @@ def load_state(
                         tied_copies[name] = handle.get_tensor(name)
                     else:
                         params[name].copy_(handle.get_tensor(name))
+                        bad = _non_finite(params[name])
+                        if bad:
+                            damaged.append(f"{name} ({bad} of {params[name].numel()})")
+    if damaged:  # NaN logits would be argmax'd to token 0: fluent garbage, no error
+        raise ConfigError(
+            f"{path}: the checkpoint's tensors hold NaN or infinite values: {', '.join(sorted(damaged))}; "
+            "the checkpoint is damaged: export or download it again."
+        )
     # Compared only once every source is in place: shard order is arbitrary.
     for name, tensor in tied_copies.items():
         source = params[aliases[name]]
@@ -233,3 +242,11 @@ def seeded_init(module: nn.Module, seed: int, std: float) -> None:
                 param.zero_()
             else:
                 param.fill_(1.0)
+
+
+def _non_finite(tensor: torch.Tensor) -> int:
+    """How many of a floating tensor's values are NaN or infinite (0 for any other dtype)."""
+    if not tensor.is_floating_point():
+        return 0
+    finite = torch.isfinite(tensor)
+    return 0 if bool(finite.all()) else int((~finite).sum())

@@ -246,3 +246,17 @@ def test_fields_of_published_checkpoints_that_change_nothing_are_accepted(tmp_pa
     write(stale, tmp_path / "model.safetensors")
     again = llama.load(tmp_path)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True))
+
+
+def test_weights_holding_nan_or_infinity_are_refused_naming_them(tmp_path):
+    """A damaged checkpoint (NaN or infinite values) served garbage tokens (argmax of NaN logits is
+    token 0) with no error: it is refused at load, naming each damaged tensor."""
+    llama.save(llama.build(SMALL, seed=0), tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    tensors["model.embed_tokens.weight"][3, 1] = float("nan")
+    tensors["model.norm.weight"][0] = float("inf")
+    save_file(tensors, tmp_path / "model.safetensors")
+    with pytest.raises(ConfigError, match=(
+        r"NaN or infinite values.*model\.embed_tokens\.weight \(1 of \d+\), model\.norm\.weight \(1 of \d+\).*damaged"
+    )):
+        llama.load(tmp_path, device="cpu")
