@@ -344,8 +344,9 @@ class LLM:
             raise ConfigError(
                 f"LLM: on_unhonored={on_unhonored!r} is not a policy; valid: {', '.join(ON_UNHONORED)}."
             )
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        if isinstance(seed, bool | np.bool_) or not isinstance(seed, int | np.integer) or seed < 0:
             raise ConfigError(f"LLM: seed must be an int >= 0, got {seed!r}.")
+        seed = int(seed)
         if scheduling_order not in SCHEDULING_ORDERS:
             raise ConfigError(
                 f"LLM: scheduling_order={scheduling_order!r} is not an order; valid: "

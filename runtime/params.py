@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 
 import numpy as np
+import torch
 
 from tokenstate.contracts import ConfigError
 
@@ -62,6 +63,10 @@ NaN) and sampling returns garbage; 1 is off, 1.1-1.3 is typical."""
 def _token_ids(ids: object) -> tuple[int, ...] | None:
     """``ids`` as a tuple of ints >= 0 (any iterable of Python or numpy integers, read once), or
     ``None`` where it is not one (a bare int, a string, a bool among the ids)."""
+    if isinstance(ids, torch.Tensor):  # a 1-D integer tensor, as prompts take
+        if ids.dim() != 1 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            return None
+        ids = ids.tolist()
     if isinstance(ids, int | str | bytes) or not isinstance(ids, Iterable):
         return None
     out = []
@@ -103,7 +108,7 @@ class SamplingParams:
             so a run is reproducible either way. The same seed gives the same tokens whatever the
             batch around the request and whether scheduling is synchronous or asynchronous.
         stop_token_ids: tokens that finish the request with ``"stop"`` (the stop token is kept in
-            the output). Any iterable of ids, numpy's included; ``None`` (vLLM's default) is none.
+            the output). Any iterable of ids (numpy's included) or a 1-D integer tensor; ``None`` (vLLM's default) is none.
         ignore_eos: keep generating past the model's EOS token.
         repetition_penalty: ``> 0``; ``1`` is off. Every token already in the prompt or the output
             has its logit divided by it when positive, multiplied by it when negative.

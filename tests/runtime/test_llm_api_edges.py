@@ -55,3 +55,18 @@ def test_a_wrong_return_dtype_is_one_sentence_without_the_argument_dump():
     message = str(exc.value)
     assert "Expected type: Float[Tensor, 'num_logits vocab']" in message and "Fix:" in message
     assert "Called with parameters" not in message and "{" not in message
+
+
+def test_numpy_and_tensor_integers_are_taken_wherever_ids_and_counts_are() -> None:
+    """Prompts took 1-D tensors and numpy ints, counts took numpy ints; the engine seed and the stop
+    ids refused them."""
+    import numpy as np
+
+    llm = LLM(toy_factory(), seed=np.int64(3))
+    assert llm.generate([[1, 2]], SamplingParams(max_tokens=2, ignore_eos=True))[0].token_ids
+    params = SamplingParams(stop_token_ids=torch.tensor([5, 7]))
+    assert params.stop_token_ids == (5, 7)
+    with pytest.raises(ConfigError, match="stop_token_ids must be a sequence of token ids"):
+        SamplingParams(stop_token_ids=torch.tensor([0.5]))
+    with pytest.raises(ConfigError, match="seed must be an int >= 0"):
+        LLM(toy_factory(), seed=np.float64(3))
