@@ -267,7 +267,10 @@ class LLM:
             splices them in). ``False`` runs every step on fresh host ids.
         device: execution device, ``"cpu"`` or ``"cuda"``.
         dtype: compute dtype, as vLLM's ``dtype=``: ``"auto"`` (the model's) or ``"float32"``
-            (the reference models compute in float32; anything else is refused).
+            (the reference models compute in float32; anything else is refused). A checkpoint
+            stored in bfloat16 or float16 (its config's ``torch_dtype``) is upcast exactly at load
+            and computed in float32, so its tokens can differ from a run in the stored dtype (HF's
+            ``from_pretrained`` default); the token gate compares against HF in float32.
         max_num_seqs: requests running at once (also the number of slots). Every slot holds
             state for ``max_model_len`` tokens, allocated at start; more than the machine's
             available memory is refused (:mod:`tokenstate.runtime.slot_memory`).
