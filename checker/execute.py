@@ -393,17 +393,22 @@ class StmtMixin:
         fixed string: ``globals()["KEPT"]`` is the module global ``KEPT`` (a name some function
         writes as ``global KEPT`` would be: :func:`~tokenstate.checker.sources.global_names_spelt`);
         ``obj.__dict__["ids"]`` and ``vars(obj)["ids"]`` are ``obj.ids``."""
-        keys = self.constant_names(frame, target.slice)
-        if keys is None or len(keys) != 1:
-            return None
-        namespace = target.value
+        namespace, owner = target.value, None
         if isinstance(namespace, ast.Call) and isinstance(namespace.func, ast.Name) and not namespace.keywords:
             if namespace.func.id == "globals" and not namespace.args and frame.func is not None:
-                return ast.copy_location(ast.Name(id=keys[0], ctx=ast.Store()), target)
-            if namespace.func.id == "vars" and len(namespace.args) == 1:
-                namespace = ast.Attribute(value=namespace.args[0], attr="__dict__", ctx=ast.Load())
-        if isinstance(namespace, ast.Attribute) and namespace.attr == "__dict__" and isinstance(self.eval(frame, namespace.value), Instance):
-            return ast.copy_location(ast.Attribute(value=namespace.value, attr=keys[0], ctx=ast.Store()), target)
+                owner = namespace
+            elif namespace.func.id == "vars" and len(namespace.args) == 1:
+                owner = namespace.args[0]
+        elif isinstance(namespace, ast.Attribute) and namespace.attr == "__dict__":
+            owner = namespace.value
+        # the name is looked for only under a namespace: a key's bindings are read off the function
+        keys = self.constant_names(frame, target.slice) if owner is not None else None
+        if keys is None or len(keys) != 1:
+            return None
+        if owner is namespace:  # globals()
+            return ast.copy_location(ast.Name(id=keys[0], ctx=ast.Store()), target)
+        if isinstance(self.eval(frame, owner), Instance):
+            return ast.copy_location(ast.Attribute(value=owner, attr=keys[0], ctx=ast.Store()), target)
         return None
 
     def write_into(self: Analyzer, frame: Frame, expr: ast.expr, value: Value) -> None:
