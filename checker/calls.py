@@ -76,9 +76,19 @@ class CallMixin:
     def decorators(self: Analyzer, func: Func) -> set[str]:
         return decorator_names(func.info.node)
 
-    def current(self: Analyzer, frame: Frame, inst: Instance) -> Instance:
-        """``inst`` with the attributes this frame's calls have assigned on its class since construction."""
-        return with_writes(inst, frame.obj_writes.get(inst.info, {}))
+    def current(self: Analyzer, frame: Frame, inst: Instance, depth: int = 0) -> Instance:
+        """``inst`` with the attributes this frame's calls have assigned on its class since
+        construction, and so the objects its fields hold (``model.input_ids.gpu[:n].copy_(ids)``,
+        then ``model.run()`` reads ``self.input_ids.gpu``: the callee gets the model as it is now)."""
+        inst = with_writes(inst, frame.obj_writes.get(inst.info, {}))
+        if not frame.obj_writes or depth >= _NESTING:
+            return inst
+        fields = tuple((k, self.current(frame, v, depth + 1) if isinstance(v, Instance) else v) for k, v in inst.fields)
+        return inst if fields == inst.fields else Instance(inst.info, fields)
+
+    def filled_result(self: Analyzer, frame: Frame, target: ast.expr) -> Value:
+        """What an in-place write (``buf[:n].copy_(ids)``) returns: the tensor it filled."""
+        return self.eval(frame, target)
 
     def sink(self: Analyzer, frame: Frame, desc: str, ids: Value, node: ast.AST) -> None:
         if frame.fresh:  # no device ids on this path: any host ids embedded here are this call's
@@ -275,6 +285,12 @@ class CallMixin:
             written = join(*(taint(v) for v in given), *(taint(v) for _, v in kwargs))
             if has_ids(written):
                 self.write_into(frame, target, written)
+                return self.filled_result(frame, target)
+        if isinstance(func, External) and func.dotted in WRITING_FUNCTIONS and node.args:
+            # np.copyto(buf[:n], ids), np.put(buf, idx, ids): the first argument is written into
+            written = join(*(taint(v) for v in args[1:]), *(taint(v) for _, v in kwargs))
+            if has_ids(written):
+                self.write_into(frame, node.args[0], written)
                 return OPAQUE
         result = self.call(frame, func, tuple(args), kwargs, node)
         out = next((kw.value for kw in node.keywords if kw.arg == "out"), None)
@@ -630,9 +646,13 @@ def is_code(value: Value) -> bool:
     return isinstance(value, Func | Instance | Partial | ClassRef | GenCM)
 
 
+_NESTING = 3
+"""How deep :meth:`CallMixin.current` updates the objects an object's fields hold."""
 NAMED_SETTERS = frozenset({"register_buffer"})
 """Methods of an analysed object that assign the attribute their first argument names (``nn.Module``'s
 ``register_buffer("last_ids", t)`` is ``self.last_ids = t``)."""
+WRITING_FUNCTIONS = frozenset({"numpy.copyto", "numpy.put", "numpy.putmask", "numpy.place", "numpy.put_along_axis"})
+"""numpy functions that write into the array given first."""
 IN_PLACE_WRITES = frozenset({"copy_", "index_copy_", "scatter_", "index_put_", "masked_scatter_", "put_"})
 """Tensor methods that write what they are given into the tensor they are called on."""
 _FILLS = frozenset({"append", "insert", "extend", "update", "setdefault"})

@@ -372,9 +372,7 @@ def check_entry_points(targets: Sequence[EntryTarget], config: CheckerConfig | N
 
 
 def _is_mutable_literal(default: ast.expr) -> bool:
-    """Whether a parameter default builds a container (``[]``, ``{}``, ``set()``...): evaluated
-    once, at the def, so every call that does not pass the argument shares that one object."""
-    return isinstance(default, ast.List | ast.Dict | ast.Set) or (
-        isinstance(default, ast.Call) and isinstance(default.func, ast.Name)
-        and default.func.id in ("list", "dict", "set", "bytearray")
-    )
+    """Whether a parameter default builds an object (``[]``, ``{}``, ``torch.zeros(n)``, any call):
+    evaluated once, at the def, so every call that does not pass the argument shares that one
+    object, and what one call writes into it the next one reads."""
+    return isinstance(default, ast.List | ast.Dict | ast.Set | ast.ListComp | ast.DictComp | ast.SetComp | ast.Call)

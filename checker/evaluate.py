@@ -20,7 +20,13 @@ import ast
 from typing import TYPE_CHECKING
 
 from tokenstate.checker.frame import Frame, class_cell, closure_cell, module_cell
-from tokenstate.checker.guards import STALE_ROWS, Facts, expression_path, is_none_compare
+from tokenstate.checker.guards import (
+    STALE_ROWS,
+    Facts,
+    expression_path,
+    is_none_compare,
+    never_taken,
+)
 from tokenstate.checker.sources import ModuleInfo
 from tokenstate.checker.values import (
     METADATA_ATTRS,
@@ -161,7 +167,7 @@ class ExprMixin:
             assert isinstance(node, ast.Compare)
             when_true, when_false = self.none_compare_facts(frame, node)
             if when_true.fresh or when_false.fresh:
-                return Flag(when_true.fresh, when_false.fresh)
+                return Flag(when_true.fresh, when_false.fresh, when_true.device, when_false.device)
             return OPAQUE
         if isinstance(node, ast.Compare):
             for part in (node.left, *node.comparators):
@@ -169,7 +175,9 @@ class ExprMixin:
             return OPAQUE
         if isinstance(node, ast.IfExp):
             when_true, when_false = self.guard(frame, node.test)
-            return join(self.eval_with(frame, node.body, when_true), self.eval_with(frame, node.orelse, when_false))
+            sides = [(node.body, when_true), (node.orelse, when_false)]
+            # where the step has no device ids, a side that needs them is never taken
+            return join(*(self.eval_with(frame, side, facts) for side, facts in sides if not never_taken(frame.fresh, facts)))
         if isinstance(node, ast.NamedExpr):
             value = self.eval(frame, node.value)
             self.assign(frame, node.target, value)

@@ -20,7 +20,7 @@ from tokenstate.checker.frame import (
     closure_cell,
     module_cell,
 )
-from tokenstate.checker.guards import Facts, fresh_row_fact, meet
+from tokenstate.checker.guards import Facts, fresh_row_fact, meet, never_taken
 from tokenstate.checker.values import (
     NO_KEY,
     OPAQUE,
@@ -225,6 +225,8 @@ class StmtMixin:
         base, states, facts = frame.snapshot(), [], []
         start = (frame.fresh, frame.narrow)
         for block, guard_facts in ((body, when_true), (orelse, when_false)):
+            if never_taken(start[0], guard_facts):  # no device ids on this path: that side is never taken
+                continue
             frame.restore(base)
             frame.fresh, frame.narrow = start
             self.with_facts(frame, guard_facts)
@@ -442,6 +444,10 @@ class StmtMixin:
             return
         aliased = frame.aliases.get(expr.id) if tensor and isinstance(expr, ast.Name) else None
         shared = frame.default_cells.get(expr.id) if isinstance(expr, ast.Name) else None
+        captured = self.captured_cell(frame, expr)
+        if captured is not None:  # a closure's captured object, filled: it outlives the call
+            frame.write_cell(captured, value)
+            return
         self.assign(frame, expr, value)
         if shared is not None:  # def f(..., seen=[]): seen.append(ids) fills the one default list
             frame.default_cells[expr.id] = shared
@@ -455,16 +461,36 @@ class StmtMixin:
             elif frame.func is not None and expr.id in frame.params:  # a caller's tensor, filled here
                 frame.param_fills[expr.id] = join(frame.param_fills.get(expr.id), value)
 
+    def captured_cell(self: Analyzer, frame: Frame, expr: ast.Name | ast.Attribute) -> str | None:
+        """The scope cell of the enclosing function's object ``expr`` names in a closure (``buf``
+        captured by the inner def), which a fill in place changes for every later call."""
+        if isinstance(expr, ast.Name) and expr.id in frame.closure and expr.id not in frame.env:
+            return closure_cell(frame, expr.id)
+        return None
+
     def fill_sharing_attributes(self: Analyzer, frame: Frame, expr: ast.Attribute, value: Value) -> None:
-        """Attribute ``expr`` of an analysed object was filled with ``value``: so were the object's
-        attributes sharing its memory (``self.ids_np = self.ids.numpy()``, vLLM's ``CpuGpuBuffer.np``)."""
-        owner = self.eval(frame, expr.value)
-        if not isinstance(owner, Instance):
-            return
-        for sharing in self.sharing_attributes(owner.info).get(expr.attr, ()):
-            if sharing != expr.attr:
-                view = ast.copy_location(ast.Attribute(value=expr.value, attr=sharing, ctx=ast.Load()), expr)
-                held = self.eval(frame, view) if self.attribute_is_set(frame, owner, sharing) else None
+        """Attribute ``expr`` was filled with ``value``: so were the attributes sharing its memory,
+        as the class of each analysed object along the chain binds them (``self.ids_np =
+        self.ids.numpy()``, vLLM's ``CpuGpuBuffer.np``, ``self.ids_np = self.buf.cpu.numpy()``)."""
+        names: list[str] = []
+        base: ast.expr = expr
+        while isinstance(base, ast.Attribute) and len(names) < _NESTING:
+            names.insert(0, base.attr)
+            base = base.value
+            owner = self.eval(frame, base)
+            if not isinstance(owner, Instance):
+                continue
+            path = ".".join(names)
+            for sharing in self.sharing_attributes(owner.info).get(path, ()):
+                if sharing == path:
+                    continue
+                *through, last = sharing.split(".")
+                holder = base
+                for name in through:
+                    holder = ast.copy_location(ast.Attribute(value=holder, attr=name, ctx=ast.Load()), expr)
+                view = ast.copy_location(ast.Attribute(value=holder, attr=last, ctx=ast.Load()), expr)
+                held_by = self.eval(frame, holder) if through else owner
+                held = self.eval(frame, view) if isinstance(held_by, Instance) and self.attribute_is_set(frame, held_by, last) else None
                 self.assign(frame, view, join(held, value))
 
     def attribute_is_set(self: Analyzer, frame: Frame, owner: Instance, name: str) -> bool:
@@ -503,6 +529,8 @@ class StmtMixin:
 
 
 CONSTRUCTORS = frozenset({"__init__", "__new__", "__post_init__"})
+_NESTING = 3
+"""How many attributes deep a fill is matched against the paths that share its memory."""
 
 
 def _device_pattern(pattern: ast.pattern) -> str | None:

@@ -33,7 +33,7 @@ from tokenstate.checker.values import (
 if TYPE_CHECKING:
     from tokenstate.checker.engine import Analyzer
 
-__all__ = ["STALE_ROWS", "Facts", "GuardMixin", "expression_path", "facts_of_value", "fresh_row_fact", "is_none_compare", "meet"]
+__all__ = ["STALE_ROWS", "Facts", "GuardMixin", "expression_path", "facts_of_value", "fresh_row_fact", "is_none_compare", "meet", "never_taken"]
 
 
 class Facts(NamedTuple):
@@ -41,6 +41,7 @@ class Facts(NamedTuple):
 
     fresh: bool
     narrow: dict[str, Value]
+    device: bool = False  # the step has device ids on this side: never taken where it has none
 
 
 _NOTHING = Facts(False, {})
@@ -67,8 +68,10 @@ class GuardMixin:
             conj = isinstance(test.op, ast.And)
             sure = [p[0] if conj else p[1] for p in parts]  # facts of the side where all parts agree
             some = [p[1] if conj else p[0] for p in parts]
-            combined = Facts(any(f.fresh for f in sure), {k: v for f in sure for k, v in f.narrow.items()})
-            either = Facts(all(f.fresh for f in some), {})
+            combined = Facts(
+                any(f.fresh for f in sure), {k: v for f in sure for k, v in f.narrow.items()}, any(f.device for f in sure)
+            )
+            either = Facts(all(f.fresh for f in some), {}, all(f.device for f in some))
             return (combined, either) if conj else (either, combined)
         if is_none_compare(test):
             assert isinstance(test, ast.Compare)
@@ -92,7 +95,7 @@ class GuardMixin:
         left = self.eval(frame, test.left)
         if left == Tokens("device") or NONE_WITHOUT_DEVICE_IDS in getattr(left, "options", (left,)):
             is_none = isinstance(test.ops[0], ast.Is | ast.Eq)
-            return Facts(is_none, {}), Facts(not is_none, {})
+            return Facts(is_none, {}, not is_none), Facts(not is_none, {}, is_none)
         return _NOTHING, _NOTHING
 
     def isinstance_facts(self: Analyzer, frame: Frame, subject: ast.expr, classes: ast.expr) -> tuple[Facts, Facts]:
@@ -103,7 +106,7 @@ class GuardMixin:
             # isinstance(inp.device_tokens, DeviceTokens): true exactly when device ids are present
             options = (wanted.items or ()) if isinstance(wanted, Seq) else (wanted,)
             if any(isinstance(c, External) and c.dotted.rpartition(".")[2] == "DeviceTokens" for c in options):
-                return _NOTHING, Facts(True, {})
+                return Facts(False, {}, True), Facts(True, {})
             return _NOTHING, _NOTHING
         refs = [c for c in (wanted.items or () if isinstance(wanted, Seq) else (wanted,)) if isinstance(c, ClassRef)]
         if path is None or not refs:
@@ -122,7 +125,7 @@ class GuardMixin:
         """The test as a value, when it tells whether device ids are present (else None)."""
         when_true, when_false = self.guard(frame, test)
         if when_true.fresh or when_false.fresh:
-            return Flag(when_true.fresh, when_false.fresh)
+            return Flag(when_true.fresh, when_false.fresh, when_true.device, when_false.device)
         return None
 
     def with_facts(self: Analyzer, frame: Frame, facts: Facts) -> tuple[bool, dict[str, Value]]:
@@ -134,6 +137,12 @@ class GuardMixin:
         return saved
 
 
+def never_taken(fresh: bool, side: Facts) -> bool:
+    """Whether a side of a branch is never taken on a path with no device ids (``fresh``): it needs
+    them (``if inp.device_tokens is not None:`` under a caller's ``is None`` guard)."""
+    return fresh and side.device
+
+
 def meet(outcomes: list[tuple[bool, dict[str, Value]]]) -> tuple[bool, dict[str, Value]]:
     """The facts that hold after a compound statement: those of every path that falls through it
     (``(fresh, narrow)`` at each path's end; facts about the input hold for the whole call, so a
@@ -143,7 +152,7 @@ def meet(outcomes: list[tuple[bool, dict[str, Value]]]) -> tuple[bool, dict[str,
     return fresh, {k: v for k, v in first.items() if all(n.get(k) == v for _, n in outcomes[1:])}
 
 
-STALE_ROWS = Flag(fresh_if_true=False, fresh_if_false=True)
+STALE_ROWS = Flag(fresh_if_true=False, fresh_if_false=True, device_if_true=True)
 """What ``inp.host_tokens.stale_rows`` (or ``has_stale``) evaluates to: empty exactly when every
 host id is fresh; the right side of an ``in`` test, it is the rows with spliced ids."""
 
@@ -165,10 +174,13 @@ def is_none_compare(test: ast.expr) -> bool:
 def facts_of_value(value: Value) -> tuple[Facts, Facts]:
     """What each side of ``if value:`` may assume about device ids."""
     if isinstance(value, Flag):
-        return Facts(value.fresh_if_true, {}), Facts(value.fresh_if_false, {})
+        return Facts(value.fresh_if_true, {}, value.device_if_true), Facts(value.fresh_if_false, {}, value.device_if_false)
     if isinstance(value, Alt) and all(isinstance(o, Flag) for o in value.options):
         flags = [o for o in value.options if isinstance(o, Flag)]
-        return Facts(all(f.fresh_if_true for f in flags), {}), Facts(all(f.fresh_if_false for f in flags), {})
+        return (
+            Facts(all(f.fresh_if_true for f in flags), {}, all(f.device_if_true for f in flags)),
+            Facts(all(f.fresh_if_false for f in flags), {}, all(f.device_if_false for f in flags)),
+        )
     if value == Tokens("device"):
-        return _NOTHING, Facts(True, {})
+        return Facts(False, {}, True), Facts(True, {})
     return _NOTHING, _NOTHING

@@ -252,15 +252,20 @@ class Flag(Value):
     """A truth value that tells whether device ids are present (``inp.device_tokens is None``...).
 
     ``fresh_if_true`` / ``fresh_if_false``: on that side of a branch on this value, no row is
-    spliced, so host ids are fresh. It flows like any value, which is how a helper predicate
+    spliced, so host ids are fresh. ``device_if_true`` / ``device_if_false``: on that side the step
+    has device ids. It flows like any value, which is how a helper predicate
     (``def has_device_ids(inp): return inp.device_tokens is not None``) guards its caller's branch.
     """
 
     fresh_if_true: bool
     fresh_if_false: bool
+    # on that side device ids are present (`inp.device_tokens is not None`, stale rows exist): a
+    # side a caller with no device ids never takes
+    device_if_true: bool = False
+    device_if_false: bool = False
 
     def negated(self) -> Flag:
-        return Flag(self.fresh_if_false, self.fresh_if_true)
+        return Flag(self.fresh_if_false, self.fresh_if_true, self.device_if_false, self.device_if_true)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ import ast
 VIEWS = frozenset({
     "narrow", "view", "view_as", "reshape", "select", "flatten", "squeeze", "unsqueeze", "__getitem__",
     "numpy", "detach", "t", "transpose", "permute", "movedim", "unflatten", "expand", "as_strided",
+    "ravel", "swapaxes", "T",
 })
 """Tensor methods whose result is a view of the tensor: writing into it writes into the tensor
 (``numpy()``: the array shares the CPU tensor's memory)."""
@@ -27,6 +28,8 @@ def viewed(expr: ast.expr) -> ast.expr:
     """The expression whose memory ``expr`` views: ``expr`` with its subscripts, view methods and
     memory-sharing conversions taken off (``np.asarray(buf)[:n].view(-1)`` → ``buf``)."""
     while True:
+        if isinstance(expr, ast.Subscript) and (name := _global_item(expr)) is not None:
+            return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), expr)  # globals()["K"] is K
         if isinstance(expr, ast.Subscript):
             expr = expr.value
         elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in VIEWS:
@@ -37,26 +40,39 @@ def viewed(expr: ast.expr) -> ast.expr:
             return expr
 
 
+def _global_item(expr: ast.Subscript) -> str | None:
+    """``K`` for ``globals()["K"]``; else None."""
+    call, key = expr.value, expr.slice
+    if (
+        isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "globals" and not call.args
+        and isinstance(key, ast.Constant) and isinstance(key.value, str)
+    ):
+        return key.value
+    return None
+
+
 def _function_name(func: ast.expr) -> str | None:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
 
 
 def shared_attributes(functions: list[ast.FunctionDef | ast.AsyncFunctionDef]) -> dict[str, frozenset[str]]:
-    """Attribute name -> every attribute sharing its memory, from the ``self.a = self.b.numpy()``
-    (or ``= self.b``, ``= self.b[:4]``...) assignments the methods ``functions`` make on their receiver.
-    An attribute sharing nothing is absent."""
+    """Attribute path -> every attribute path sharing its memory, from the ``self.a = self.b.numpy()``
+    (or ``= self.b``, ``= self.b[:4]``, ``= self.buf.cpu.numpy()``...) assignments the methods
+    ``functions`` make on their receiver; a path is the attribute chain after the receiver
+    (``"buf.cpu"``). A path sharing nothing is absent."""
     pairs = []
     for func in functions:
         params = [*func.args.posonlyargs, *func.args.args]
         if not params:
             continue
         receiver = params[0].arg
-        pairs += [
-            (target.attr, source.attr)
-            for node in ast.walk(func) if isinstance(node, ast.Assign)
-            for target in node.targets
-            if _on(target, receiver) and _on(source := viewed(node.value), receiver) and source.attr != target.attr  # type: ignore[union-attr]
-        ]
+        for node in ast.walk(func):
+            if isinstance(node, ast.Assign):
+                source = _path(viewed(node.value), receiver)
+                pairs += [
+                    (target, source) for target in (_path(t, receiver) for t in node.targets)
+                    if target is not None and source is not None and target != source
+                ]
     return _groups(pairs)
 
 
@@ -71,8 +87,13 @@ def shared_globals(module: ast.Module) -> dict[str, frozenset[str]]:
     return _groups(pairs)
 
 
-def _on(expr: ast.expr, receiver: str) -> bool:
-    return isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == receiver
+def _path(expr: ast.expr, receiver: str) -> str | None:
+    """``self.buf.cpu`` -> ``"buf.cpu"`` (``receiver`` is ``self``); None for anything else."""
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    return ".".join(reversed(parts)) if parts and isinstance(expr, ast.Name) and expr.id == receiver else None
 
 
 def _groups(pairs: list[tuple[str, str]]) -> dict[str, frozenset[str]]:

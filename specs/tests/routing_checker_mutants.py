@@ -11,6 +11,7 @@ import tokenstate.checker.evaluate as evaluate_module
 import tokenstate.checker.execute as execute_module
 import tokenstate.checker.externals as externals_module
 import tokenstate.checker.resolve as resolve_module
+import tokenstate.checker.views as views_module
 import tokenstate.contracts.forward_input as forward_input_module
 import tokenstate.contracts.tokens as tokens_module
 from tokenstate.checker.engine import Analyzer
@@ -988,3 +989,42 @@ def closures_defaults_and_caches_forget(patch: MutantPatch) -> None:
     patch.setattr(evaluate_module, "closure_cell", lambda frame, name: None)
     patch.setattr(engine_module, "_is_mutable_literal", lambda default: False)
     patch.setattr(execute_module, "RESULT_CACHES", frozenset())
+
+
+@mutant(
+    "RCK-69/engine-spellings-of-shared-memory-unseen",
+    doc="Only the first spellings of shared and kept memory are seen: a view of a nested attribute "
+    "(`self.ids_np = self.buf.cpu.numpy()`), `ravel()`, `np.copyto` / `np.put`, `globals()[\"K\"][:n] = ...`, "
+    "a closure's captured tensor filled in place and a default tensor filled in place leave what they "
+    "fill as it was.",
+)
+def engine_spellings_of_shared_memory_unseen(patch: MutantPatch) -> None:
+    patch.setattr(execute_module, "_NESTING", 1)
+    patch.setattr(
+        views_module, "_path",
+        lambda expr, receiver: expr.attr if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name)
+        and expr.value.id == receiver else None,
+    )
+    patch.setattr(views_module, "VIEWS", views_module.VIEWS - {"ravel", "swapaxes", "T"})
+    patch.setattr(views_module, "_global_item", lambda expr: None)
+    patch.setattr(calls_module, "WRITING_FUNCTIONS", frozenset())
+    patch.setattr(Analyzer, "captured_cell", lambda self, frame, expr: None)
+    patch.setattr(
+        engine_module, "_is_mutable_literal",
+        lambda default: isinstance(default, ast.List | ast.Dict | ast.Set) or (
+            isinstance(default, ast.Call) and isinstance(default.func, ast.Name) and default.func.id in ("list", "dict", "set")
+        ),
+    )
+
+
+@mutant(
+    "RCK-70/methods-see-the-objects-as-built",
+    doc="A method reads the objects its receiver holds as they were built, not as its caller staged "
+    "them; `copy_` returns nothing the checker follows; a side of a guard that needs device ids is "
+    "analysed under a caller that has none.",
+)
+def methods_see_the_objects_as_built(patch: MutantPatch) -> None:
+    patch.setattr(calls_module, "_NESTING", 0)
+    patch.setattr(Analyzer, "filled_result", lambda self, frame, target: OPAQUE)
+    patch.setattr(execute_module, "never_taken", lambda fresh, side: False)
+    patch.setattr(evaluate_module, "never_taken", lambda fresh, side: False)

@@ -50,6 +50,7 @@ from .routing_checker_mutants import (
     device_logits_indices_shape_only,
     dict_lookup_joins_every_value,
     eafp_and_getattr_defaults_guard_nothing,
+    engine_spellings_of_shared_memory_unseen,
     every_forward_hook_is_unknown,
     external_base_answers_every_member,
     external_methods_take_the_input_as_data,
@@ -70,6 +71,7 @@ from .routing_checker_mutants import (
     loop_exits_fall_through,
     match_binds_the_subject_only,
     match_cases_unguarded,
+    methods_see_the_objects_as_built,
     module_and_class_state_read_as_defined,
     module_dict_attributes_opaque,
     module_level_class_patches_unseen,
@@ -516,3 +518,13 @@ def test_state_kept_under_a_name_spelt_at_run_time_is_the_assignment_it_spells()
 @pytest.mark.paid("RCK-68", before=closures_defaults_and_caches_forget)
 def test_state_kept_in_closures_defaults_and_cached_factories_is_read_back():
     assert_zoo("state kept in a closure, a default argument or a cached factory", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-69", before=engine_spellings_of_shared_memory_unseen)
+def test_memory_shared_or_kept_is_seen_as_engines_spell_it():
+    assert_zoo("memory shared or kept, spelt as engines spell it", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-70", before=methods_see_the_objects_as_built)
+def test_a_runners_methods_read_what_its_callers_staged():
+    assert_zoo("a runner's methods read what its callers staged", {"honors", "ignores"})

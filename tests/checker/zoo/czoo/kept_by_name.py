@@ -153,3 +153,48 @@ def a_cached_buffer_filled_on_every_path(model: ServableLM, inp: ForwardInput) -
     else:
         step_buffer(4096)[:n].copy_(inp.device_tokens.ids)
     return model.logits(model.embed(step_buffer(4096)[:n]), inp)
+
+
+def make_buffer_forward():
+    """A forward built as a closure over one tensor, which it fills in place on fresh steps."""
+    buf = torch.zeros(4096, dtype=torch.long)  # [4096]: one tensor for every call
+
+    def forward(model: ServableLM, inp: ForwardInput) -> Tensor:
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            buf[:n].copy_(inp.host_tokens.ids)
+        return model.logits(model.embed(buf[:n]), inp)
+
+    return forward
+
+
+_buffer_forward = make_buffer_forward()
+
+
+@entry_point
+def a_captured_buffer_filled_on_fresh_steps(model: ServableLM, inp: ForwardInput) -> Tensor:
+    return _buffer_forward(model, inp)
+
+
+def stage(ids: Tensor | None, n: int, _buf: Tensor = torch.zeros(4096, dtype=torch.long)) -> Tensor:  # noqa: B008 - one tensor
+    """Ids staged in the default tensor (one object for every call), which is handed back."""
+    if ids is not None:
+        _buf[:n].copy_(ids)
+    return _buf[:n]
+
+
+@entry_point
+def a_default_tensor_filled_on_fresh_steps(model: ServableLM, inp: ForwardInput) -> Tensor:
+    ids = stage(inp.host_tokens.ids if not inp.has_stale_rows else None, inp.num_tokens)
+    return model.logits(model.embed(ids), inp)
+
+
+_STAGE = torch.zeros(4096, dtype=torch.long)  # [4096]
+
+
+@entry_point
+def a_global_filled_through_globals_on_fresh_steps(model: ServableLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        globals()["_STAGE"][:n] = inp.host_tokens.ids
+    return model.logits(model.embed(_STAGE[:n]), inp)

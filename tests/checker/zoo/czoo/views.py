@@ -113,3 +113,58 @@ def staging_buffer_filled_on_every_path(model: BufferedLM, inp: ForwardInput) ->
     else:
         model.input_ids.gpu[:n].copy_(inp.device_tokens.ids)
     return model.logits(model.embed(model.input_ids.gpu[:n]), inp)
+
+
+class NestedViewLM(ServableLM):
+    """A numpy view of a buffer another object holds: ``self.input_ids_np = self.input_ids.cpu.numpy()``."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.input_ids = StagingBuffer(4096)
+        self.input_ids_np = self.input_ids.cpu.numpy()  # [4096]: the memory of input_ids.cpu
+
+
+def build_nested_view(config: dict, *, device: torch.device, seed: int) -> NestedViewLM:
+    return NestedViewLM(config).to(device)
+
+
+@entry_point
+def numpy_view_of_a_nested_buffer_filled_on_fresh_steps(model: NestedViewLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        model.input_ids_np[:n] = inp.host_tokens.ids.numpy()
+    return model.logits(model.embed(model.input_ids.cpu[:n]), inp)
+
+
+@entry_point
+def ravel_view_filled_on_fresh_steps(model: NumpyStagedLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        model.input_ids_np.ravel()[:n] = inp.host_tokens.ids.numpy()
+    return model.logits(model.embed(model.input_ids[:n]), inp)
+
+
+@entry_point
+def np_copyto_on_fresh_steps(model: NumpyStagedLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        np.copyto(model.input_ids_np[:n], inp.host_tokens.ids.numpy())
+    return model.logits(model.embed(model.input_ids[:n]), inp)
+
+
+@entry_point
+def np_put_on_fresh_steps(model: NumpyStagedLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        np.put(model.input_ids_np, np.arange(n), inp.host_tokens.ids.numpy())
+    return model.logits(model.embed(model.input_ids[:n]), inp)
+
+
+@entry_point
+def np_copyto_on_every_path(model: NumpyStagedLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        np.copyto(model.input_ids_np[:n], inp.host_tokens.ids.numpy())
+    else:
+        model.input_ids[:n].copy_(inp.device_tokens.ids)
+    return model.logits(model.embed(model.input_ids[:n]), inp)
