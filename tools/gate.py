@@ -100,6 +100,7 @@ class GateReport:
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
     prompt_lens: list[int] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)  # path -> the contract error it raised
+    oracle_note: str = ""  # why the HF oracle asked for did not run ("": it ran, or was not asked for)
     cells: list[CellReport] = field(default_factory=list)  # the schedule matrix (empty: quick)
 
     def totals(self) -> dict[str, tuple[int, int]]:
@@ -146,6 +147,7 @@ class GateReport:
                 for i, r in enumerate(self.requests)
             ],
             "cells": [cell.to_json() for cell in self.cells],
+            "oracle_note": self.oracle_note,
         }
 
 
@@ -203,10 +205,16 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
     params = SamplingParams(max_tokens=config.max_tokens, ignore_eos=True)
     if prompts is None:
         prompts = builtin_prompts(first.model.vocab_size, first.model.max_model_len, config)
-    comparisons = ["async vs sync"]
-    if config.oracle and _oracle_ready() and first.factory.save is not None:
+    comparisons, oracle_note = ["async vs sync"], ""
+    if config.oracle and not _oracle_ready():
+        oracle_note = "transformers is not installed (pip install 'tokenstate[oracle]')"
+    elif config.oracle and first.factory.save is None:
+        oracle_note = f"model {first.factory.name!r} cannot save HF-format weights"
+    elif config.oracle:
         comparisons += ["sync vs oracle", "async vs oracle"]
-    report = GateReport(model=first.factory.name, comparisons=comparisons, prompt_lens=[len(p) for p in prompts])
+    report = GateReport(
+        model=first.factory.name, comparisons=comparisons, prompt_lens=[len(p) for p in prompts], oracle_note=oracle_note
+    )
     outputs: dict[str, list[RequestOutput]] = {}
     for path in ("sync", "async"):
         engine = first if path == "sync" else LLM(shared, async_scheduling=True, **settings)
@@ -224,7 +232,11 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
     if "sync vs oracle" in comparisons:
         from tokenstate.tools.oracle import HFOracle
 
-        oracle = HFOracle(first.factory, first.model)
+        try:
+            oracle = HFOracle(first.factory, first.model)
+        except ConfigError as exc:  # transformers has no class for the model's architecture
+            report.oracle_note = str(exc).removesuffix(".")
+            report.comparisons = comparisons = ["async vs sync"]
     for i, prompt in enumerate(prompts):
         sync, async_ = outputs["sync"][i], outputs["async"][i]
         row = {"async vs sync": compare_tokens("async vs sync", sync.token_ids, async_)}

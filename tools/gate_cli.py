@@ -142,6 +142,9 @@ def render_gate(reports: list[GateReport], console: Console) -> None:
             "[green]pass[/]" if r.passed else "[red]FAIL[/]",
         )
     console.print(table)
+    for r in reports:
+        if r.oracle_note:
+            console.print(f"[yellow]oracle not run for {escape(r.model)}:[/] {escape(r.oracle_note)}; --no-oracle skips it", highlight=False)
     if any(r.cells for r in reports):
         _render_cells(reports, console)
     for r in reports:

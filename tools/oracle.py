@@ -52,9 +52,16 @@ class HFOracle:
         transformers.logging.disable_progress_bar()  # a gate report, not a download log
         with tempfile.TemporaryDirectory(prefix="tokenstate-oracle-") as tmp:
             factory.save(model, Path(tmp))
-            self.model = transformers.AutoModelForCausalLM.from_pretrained(
-                tmp, dtype=torch.float32, local_files_only=True
-            ).eval()
+            try:
+                self.model = transformers.AutoModelForCausalLM.from_pretrained(
+                    tmp, dtype=torch.float32, local_files_only=True
+                ).eval()
+            except (ValueError, KeyError, OSError, ImportError) as exc:  # an architecture it has no class for
+                reason = " ".join(str(exc).replace(tmp, "the saved directory").split())
+                raise ConfigError(
+                    f"transformers cannot load the checkpoint model {factory.name!r} saves ({type(exc).__name__}: "
+                    f"{reason}), so it has no HF oracle."
+                ) from exc
 
     @torch.inference_mode()
     def greedy_choices(self, prompt: list[int], generated: list[int]) -> list[int]:

@@ -55,7 +55,8 @@ def assert_async_equals_sync(
         device: ``"cpu"`` or ``"cuda"``.
         checks: checks mode for the run (``"off"``, ``"boundary"``, ``"full"``; default: the
             active one).
-        oracle: also compare both paths with HF transformers (registered models that can be saved).
+        oracle: also compare both paths with HF transformers: a model that cannot save HF-format
+            weights, or whose architecture transformers has no class for, is a ``ConfigError``.
 
     The options from ``num_requests`` on configure tokenstate's own engines: with your own
     ``generate`` they must stay at their defaults (set them in your engine instead).
@@ -113,6 +114,8 @@ def assert_async_equals_sync(
         oracle=oracle,
     )
     report = run_gate(model, config, prompts)
+    if oracle and report.oracle_note:
+        raise ConfigError(f"assert_async_equals_sync(oracle=True): {report.oracle_note}; pass oracle=False.")
     if not report.passed:
         raise AssertionError(_describe_report(report))
     return report

@@ -374,3 +374,23 @@ def test_a_json_run_that_fails_to_start_still_prints_json(command, capsys):
     reported = json.loads(captured.out)
     assert reported["passed"] is False and "no_such_package_for_tokenstate_json" in reported["error"]
     assert "error:" in captured.err
+
+
+def test_an_architecture_transformers_does_not_know_runs_the_gate_without_the_oracle_and_says_why():
+    """A model of the user's own that can save HF-format weights, whose architecture transformers
+    has no class for: the gate crashed with transformers' raw ValueError. Now the oracle columns are
+    left out and the report says why; asked for explicitly in the Python API, it is a ConfigError."""
+    pytest.importorskip("transformers")
+    from tokenstate.contracts import ConfigError
+    from tokenstate.models.toy import toy_factory
+    from tokenstate.testing import assert_async_equals_sync
+
+    report = run_gate(toy_factory("MineLM"), GateConfig(num_requests=2, max_tokens=4, quick=True))
+    assert report.passed and report.comparisons == ["async vs sync"]
+    assert "transformers cannot load" in report.oracle_note and "MineLM" in report.oracle_note
+    assert report.to_json()["oracle_note"] == report.oracle_note
+    console = Console(file=io.StringIO(), width=200)
+    render_gate([report], console)
+    assert "oracle not run for MineLM: transformers cannot load" in console.file.getvalue()
+    with pytest.raises(ConfigError, match=r"transformers cannot load.*oracle=False"):
+        assert_async_equals_sync(toy_factory("MineLM"), num_requests=2, max_tokens=4, oracle=True)
