@@ -38,9 +38,10 @@ def _all_below(values: np.ndarray, upper: int) -> bool:
 
 _STALE_FIX = (
     "Fix: read `inp.device_tokens.ids` (or `inp.embedding_ids()`) in the forward. Under tokenstate's "
-    "runner, register its factory with honors_device_token_ids=True then (until then False: the "
-    "runner takes the synchronous host path for steps with spliced rows); in an engine of your own, "
-    "hand a forward that reads host ids only steps whose host ids are fresh."
+    "runner a step with spliced rows reaches only a forward whose factory declares "
+    "honors_device_token_ids=True, and this forward breaks that promise: read the device ids, or "
+    "declare False (the runner then takes the synchronous host path for those steps). In an engine "
+    "of your own, hand a forward that reads host ids only steps whose host ids are fresh."
 )
 
 

@@ -26,6 +26,8 @@ def test_stale_read_is_refused_naming_rows_slots_positions_and_fix(step):
     message = str(err)
     assert "rows [1] (slots [0]), positions [3]" in message
     assert "inp.device_tokens.ids" in message and "honors_device_token_ids" in message
+    # Only a factory that declared the opt-in gets such a step: the fix names the broken promise.
+    assert "declares honors_device_token_ids=True, and this forward breaks that promise" in message
     assert isinstance(err, ContractViolation) and isinstance(err, TypeError)
     assert isinstance(err, TokenStateError)
 
