@@ -547,13 +547,21 @@ class LLM:
         return bool(self._undelivered) or self._engine.has_unfinished
 
     @_serialized
-    def add_request(self, prompt: Prompt, params: SamplingParams | None = None) -> int:
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None, *extra: object, **unknown: object) -> int:
         """Queue one request (validated now); returns its ``request_id`` (0, 1, ... per engine).
 
         It joins the next :meth:`step` that has room for it; its :class:`RequestOutput` comes back
-        from the step in which it finishes.
+        from the step in which it finishes. vLLM's engine form, ``add_request(request_id, prompt,
+        params)``, is refused with a :class:`ConfigError` saying so: the engine assigns the ids.
         """
         self._require_open("add_request")
+        if extra or unknown or (isinstance(prompt, str) and params is not None and not isinstance(params, SamplingParams)):
+            given = ", ".join([*(repr(a) for a in (prompt, params, *extra)), *(f"{k}=..." for k in unknown)])
+            raise ConfigError(
+                f"LLM.add_request({given}): takes (prompt, params) and returns the request id it assigns; "
+                "vLLM's engine form add_request(request_id, prompt, params) is not supported: drop the "
+                "request id and keep the one add_request returns."
+            )
         checked = self._validate_prompt(self._next_request_id, prompt)  # named by its request id
         request_id = self._next_request_id
         params = self._validate_params(request_id, SamplingParams() if params is None else params, checked)

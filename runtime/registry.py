@@ -245,8 +245,9 @@ def resolve(architecture: str) -> ModelFactory:
         if factory is None:
             raise ConfigError(
                 f"unknown architecture or model {architecture!r}; registered architectures: {_known()}; "
-                f"presets: {', '.join(sorted(_by_preset)) or '(none)'}. Register a ModelFactory, or "
-                "pass a path to an HF-format directory."
+                f"presets: {', '.join(sorted(_by_preset)) or '(none)'}. Register a ModelFactory (its "
+                "package imported first: `--module PKG` on the tokenstate command line, or a "
+                "`tokenstate.models` entry point), or pass a path to an HF-format directory."
             )
         return factory
 

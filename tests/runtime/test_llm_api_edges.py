@@ -70,3 +70,16 @@ def test_numpy_and_tensor_integers_are_taken_wherever_ids_and_counts_are() -> No
         SamplingParams(stop_token_ids=torch.tensor([0.5]))
     with pytest.raises(ConfigError, match="seed must be an int >= 0"):
         LLM(toy_factory(), seed=np.float64(3))
+
+
+def test_vllms_engine_form_of_add_request_is_refused_saying_the_engine_assigns_ids() -> None:
+    llm = LLM(toy_factory())
+    params = SamplingParams(max_tokens=2)
+    for call in (
+        lambda: llm.add_request("r0", [1, 2, 3], params),
+        lambda: llm.add_request("r0", [1, 2, 3]),
+        lambda: llm.add_request([1, 2, 3], params, request_id="r0"),
+    ):
+        with pytest.raises(ConfigError, match=r"takes \(prompt, params\) and returns the request id.*drop the request id"):
+            call()
+    assert llm.add_request([1, 2, 3], params) == 0

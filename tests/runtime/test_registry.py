@@ -132,7 +132,7 @@ def test_register_refuses_non_factories():
 
 
 def test_unknown_architecture_lists_known_ones(factory):
-    with pytest.raises(ConfigError, match=r"unknown architecture or model 'NopeLM'; registered architectures: .*RegistryTestLM"):
+    with pytest.raises(ConfigError, match=r"unknown architecture or model 'NopeLM'; registered architectures: .*RegistryTestLM.*--module PKG"):
         registry.resolve("NopeLM")
 
 
