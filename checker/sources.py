@@ -123,18 +123,19 @@ def _tabulate(info: ModuleInfo) -> None:
         if isinstance(stmt, ast.Assign | ast.AnnAssign) and isinstance(stmt.value, ast.List)
         and not stmt.value.elts
     }
+    top_level = {id(stmt) for stmt in _top_level_statements(info.tree.body)}
     for node in ast.walk(info.tree):
         if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
                     info.filled.add(target.value.id)
+            if id(node) not in top_level:  # in a function (or a class body): globals()["K"] = ...
+                info.global_cells.update(global_names_spelt(node))
         if (
             isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
             and node.func.attr in ("update", "setdefault") and isinstance(node.func.value, ast.Name)
         ):
             info.filled.add(node.func.value.id)
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            info.global_cells.update(name for inner in ast.walk(node) for name in global_names_spelt(inner))
         if isinstance(node, ast.Global):
             info.global_cells.update(node.names)
         elif (
