@@ -499,8 +499,8 @@ class StmtMixin:
         )
 
     def sharing_attributes(self: Analyzer, cls: ClassInfo) -> dict[str, frozenset[str]]:
-        """Attribute name -> the attributes of ``cls``'s instances sharing its memory, as the
-        methods of ``cls`` and its analysed bases assign them."""
+        """Attribute path (``"ids_np"``, ``"buf.cpu"``) -> the paths on ``cls``'s instances sharing
+        its memory, as the methods of ``cls`` and its analysed bases assign them."""
         found = self._sharing_attributes.get(cls)
         if found is None:
             methods = [

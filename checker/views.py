@@ -14,10 +14,13 @@ import ast
 VIEWS = frozenset({
     "narrow", "view", "view_as", "reshape", "select", "flatten", "squeeze", "unsqueeze", "__getitem__",
     "numpy", "detach", "t", "transpose", "permute", "movedim", "unflatten", "expand", "as_strided",
-    "ravel", "swapaxes", "T",
+    "ravel", "swapaxes",
 })
 """Tensor methods whose result is a view of the tensor: writing into it writes into the tensor
 (``numpy()``: the array shares the CPU tensor's memory)."""
+
+ATTRIBUTE_VIEWS = frozenset({"T", "mT", "data", "flat"})
+"""Attributes that are a view of the tensor or array they are read on (``buf.data[:n] = ids``)."""
 
 SHARING_FUNCTIONS = frozenset({"from_numpy", "asarray", "as_tensor", "frombuffer"})
 """Functions whose result shares the memory of their first argument where it can (``torch.from_numpy``,
@@ -34,6 +37,8 @@ def viewed(expr: ast.expr) -> ast.expr:
             expr = expr.value
         elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in VIEWS:
             expr = expr.func.value
+        elif isinstance(expr, ast.Attribute) and expr.attr in ATTRIBUTE_VIEWS:
+            expr = expr.value
         elif isinstance(expr, ast.Call) and _function_name(expr.func) in SHARING_FUNCTIONS and len(expr.args) == 1:
             expr = expr.args[0]
         else:

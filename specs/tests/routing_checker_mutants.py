@@ -1005,7 +1005,8 @@ def engine_spellings_of_shared_memory_unseen(patch: MutantPatch) -> None:
         lambda expr, receiver: expr.attr if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name)
         and expr.value.id == receiver else None,
     )
-    patch.setattr(views_module, "VIEWS", views_module.VIEWS - {"ravel", "swapaxes", "T"})
+    patch.setattr(views_module, "VIEWS", views_module.VIEWS - {"ravel", "swapaxes"})
+    patch.setattr(views_module, "ATTRIBUTE_VIEWS", frozenset())
     patch.setattr(views_module, "_global_item", lambda expr: None)
     patch.setattr(calls_module, "WRITING_FUNCTIONS", frozenset())
     patch.setattr(Analyzer, "captured_cell", lambda self, frame, expr: None)

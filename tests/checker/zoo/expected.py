@@ -259,6 +259,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.views", "np_copyto_on_fresh_steps"): ("ignores", "memory shared or kept, spelt as engines spell it"),
     ("czoo.views", "np_put_on_fresh_steps"): ("ignores", "memory shared or kept, spelt as engines spell it"),
     ("czoo.views", "np_copyto_on_every_path"): ("honors", "memory shared or kept, spelt as engines spell it"),
+    ("czoo.views", "data_view_filled_on_fresh_steps"): ("ignores", "memory shared or kept, spelt as engines spell it"),
     ("czoo.kept_by_name", "a_captured_buffer_filled_on_fresh_steps"): ("ignores", "memory shared or kept, spelt as engines spell it"),
     ("czoo.kept_by_name", "a_default_tensor_filled_on_fresh_steps"): ("ignores", "memory shared or kept, spelt as engines spell it"),
     ("czoo.kept_by_name", "a_global_filled_through_globals_on_fresh_steps"): ("ignores", "memory shared or kept, spelt as engines spell it"),
@@ -309,4 +310,5 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.runner_style", "a_method_reads_what_the_entry_staged_on_every_path"): ("czoo.runner_style", "build_runner"),
     ("czoo.runner_style", "the_copy_a_method_returns_staged_on_fresh_steps"): ("czoo.runner_style", "build_runner"),
     ("czoo.runner_style", "a_method_rechecks_the_guard_its_caller_took"): ("czoo.runner_style", "build_runner"),
+    ("czoo.views", "data_view_filled_on_fresh_steps"): ("czoo.views", "build_numpy_staged"),
 }
