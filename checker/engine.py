@@ -87,8 +87,10 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         if isinstance(info.node, ast.Lambda):
             frame.returns.append(self.eval(frame, info.node.body))
         else:
-            self.exec_block(frame, info.node.body)
+            ended = self.exec_block(frame, info.node.body)
             yielded = self.is_generator(info.node)
+            if frame.return_states:  # an early `return` keeps what was written on its way
+                frame.join_exits(frame.return_states + ([] if ended else [frame.snapshot()]))
         ret = join(*frame.returns) if frame.returns else OPAQUE
         if yielded and "contextmanager" not in self.decorators(func):
             ret = Seq(None, frame.yield_value or OPAQUE)  # a generator: iterating gives what it yields

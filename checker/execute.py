@@ -60,6 +60,7 @@ class StmtMixin:
     def exec_stmt(self: Analyzer, frame: Frame, stmt: ast.stmt) -> bool:
         if isinstance(stmt, ast.Return):
             frame.returns.append(OPAQUE if stmt.value is None else self.eval(frame, stmt.value))
+            frame.return_states.append(frame.snapshot())  # what it wrote before returning is the caller's
             return True
         if isinstance(stmt, ast.Raise):
             if stmt.exc is not None:

@@ -71,6 +71,7 @@ class Frame:
     writes: dict[str, Value] = field(default_factory=dict)
     self_writes: dict[str, Value] = field(default_factory=dict)
     returns: list[Value] = field(default_factory=list)
+    return_states: list[State] = field(default_factory=list)  # the state at each `return`
     raised: list[Value] = field(default_factory=list)  # what its ``raise`` statements raised, in order
     yield_writes: dict[str, Value] | None = None
     yield_value: Value | None = None
@@ -126,6 +127,20 @@ class Frame:
     def restore(self, state: State) -> None:
         self.env, self.published, self.writes, self.self_writes = (dict(part) for part in state[:4])
         self.obj_writes = {info: dict(writes) for info, writes in state[4].items()}
+
+    def join_exits(self, states: list[State]) -> None:
+        """Make what the call leaves behind — cells, its receiver's and other objects' attributes —
+        what any of its exits (``return`` statements, the end of its body) left: each written value
+        joined, as a write on one exit is the caller's to read."""
+        for index in (1, 2, 3):
+            joined: dict[str, Value] = {}
+            for state in states:
+                for name, value in state[index].items():
+                    joined[name] = join(joined.get(name), value)
+            (self.published, self.writes, self.self_writes)[index - 1].update(joined)
+        for state in states:
+            for info, writes in state[4].items():
+                self.record_writes(info, writes)
 
     def merge(self, states: list[State]) -> None:
         """Make the frame the join of several branch states (variables may hold any branch's value).

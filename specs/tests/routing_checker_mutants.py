@@ -1022,10 +1022,11 @@ def engine_spellings_of_shared_memory_unseen(patch: MutantPatch) -> None:
     "RCK-70/methods-see-the-objects-as-built",
     doc="A method reads the objects its receiver holds as they were built, not as its caller staged "
     "them; `copy_` returns nothing the checker follows; a side of a guard that needs device ids is "
-    "analysed under a caller that has none.",
+    "analysed under a caller that has none; what a method writes before an early `return` is lost.",
 )
 def methods_see_the_objects_as_built(patch: MutantPatch) -> None:
     patch.setattr(calls_module, "_NESTING", 0)
     patch.setattr(Analyzer, "filled_result", lambda self, frame, target: OPAQUE)
     patch.setattr(execute_module, "never_taken", lambda fresh, side: False)
     patch.setattr(evaluate_module, "never_taken", lambda fresh, side: False)
+    patch.setattr(Frame, "join_exits", lambda self, states: None)

@@ -267,6 +267,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.runner_style", "a_method_reads_what_the_entry_staged_on_every_path"): ("honors", "a runner's methods read what its callers staged"),
     ("czoo.runner_style", "the_copy_a_method_returns_staged_on_fresh_steps"): ("ignores", "a runner's methods read what its callers staged"),
     ("czoo.runner_style", "a_method_rechecks_the_guard_its_caller_took"): ("honors", "a runner's methods read what its callers staged"),
+    ("czoo.runner_style", "a_staging_method_called_on_both_sides_of_a_guard"): ("honors", "a runner's methods read what its callers staged"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -311,4 +312,5 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.runner_style", "the_copy_a_method_returns_staged_on_fresh_steps"): ("czoo.runner_style", "build_runner"),
     ("czoo.runner_style", "a_method_rechecks_the_guard_its_caller_took"): ("czoo.runner_style", "build_runner"),
     ("czoo.views", "data_view_filled_on_fresh_steps"): ("czoo.views", "build_numpy_staged"),
+    ("czoo.runner_style", "a_staging_method_called_on_both_sides_of_a_guard"): ("czoo.runner_style", "build_runner"),
 }

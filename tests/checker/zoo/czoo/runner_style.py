@@ -24,6 +24,16 @@ class RunnerLM(ServableLM):
     def run(self, inp: ForwardInput) -> Tensor:
         return self.logits(self.embed(self.input_ids.gpu[: inp.num_tokens]), inp)
 
+    def stage(self, inp: ForwardInput) -> None:
+        n = inp.num_tokens
+        if inp.device_tokens is None:
+            self.token_ids[:n].copy_(inp.host_tokens.ids)
+            return  # what it wrote on the way out is the caller's
+        if not inp.has_stale_rows:
+            self.token_ids[:n].copy_(inp.host_tokens.ids)
+        else:
+            self.token_ids[:n].copy_(inp.device_tokens.ids)
+
     def update_states(self, inp: ForwardInput) -> None:
         if inp.device_tokens is None:  # the caller's guard, checked again
             self.token_ids[: inp.num_tokens].copy_(inp.host_tokens.ids)
@@ -68,3 +78,12 @@ def a_method_rechecks_the_guard_its_caller_took(model: RunnerLM, inp: ForwardInp
     else:
         ids = inp.device_tokens.ids
     return model.logits(model.embed(ids), inp)
+
+
+@entry_point
+def a_staging_method_called_on_both_sides_of_a_guard(model: RunnerLM, inp: ForwardInput) -> Tensor:
+    if inp.device_tokens is not None:
+        model.stage(inp)
+    else:
+        model.stage(inp)  # here only its early-return side runs
+    return model.logits(model.embed(model.token_ids[: inp.num_tokens]), inp)
