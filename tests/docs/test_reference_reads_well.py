@@ -135,5 +135,5 @@ def test_docs_say_which_twin_runs_on_the_cpu() -> None:
 def test_readme_states_what_was_measured_where() -> None:
     text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     assert "about 80 s" not in text
-    assert "`tokenstate verify` 131 s and `tokenstate verify --quick` 93 s" in text
+    assert "`tokenstate verify` 206 s and `tokenstate verify --quick` 148 s" in text
     assert "209 s from a fresh clone, install included, on a loaded machine (an earlier, smaller ledger)" in text
