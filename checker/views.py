@@ -74,21 +74,22 @@ def shared_attributes(functions: list[ast.FunctionDef | ast.AsyncFunctionDef]) -
         for node in ast.walk(func):
             if isinstance(node, ast.Assign):
                 source = _path(viewed(node.value), receiver)
-                pairs += [
-                    (target, source) for target in (_path(t, receiver) for t in node.targets)
-                    if target is not None and source is not None and target != source
-                ]
+                targets = [t for t in (_path(t, receiver) for t in node.targets) if t is not None]
+                pairs += [(target, source) for target in targets if source is not None and target != source]
+                pairs += [(targets[0], other) for other in targets[1:]]  # self.a = self.b = torch.zeros(n)
     return _groups(pairs)
 
 
 def shared_globals(module: ast.Module) -> dict[str, frozenset[str]]:
-    """Module-level name -> every module-level name sharing its memory (``IDS_NP = IDS.numpy()``)."""
-    pairs = [
-        (target.id, source.id)
-        for stmt in module.body if isinstance(stmt, ast.Assign)
-        for target in stmt.targets
-        if isinstance(target, ast.Name) and isinstance(source := viewed(stmt.value), ast.Name) and source.id != target.id
-    ]
+    """Module-level name -> every module-level name sharing its memory (``IDS_NP = IDS.numpy()``,
+    ``A = B = torch.zeros(n)``)."""
+    pairs = []
+    for stmt in module.body:
+        if isinstance(stmt, ast.Assign):
+            names = [t.id for t in stmt.targets if isinstance(t, ast.Name)]
+            source = viewed(stmt.value)
+            pairs += [(name, source.id) for name in names if isinstance(source, ast.Name) and source.id != name]
+            pairs += [(names[0], other) for other in names[1:]]  # A = B = torch.zeros(n): one tensor
     return _groups(pairs)
 
 

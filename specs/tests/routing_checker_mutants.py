@@ -1008,6 +1008,13 @@ def engine_spellings_of_shared_memory_unseen(patch: MutantPatch) -> None:
     patch.setattr(views_module, "VIEWS", views_module.VIEWS - {"ravel", "swapaxes"})
     patch.setattr(views_module, "ATTRIBUTE_VIEWS", frozenset())
     patch.setattr(views_module, "_global_item", lambda expr: None)
+    patch.setattr(
+        execute_module, "shared_globals",
+        lambda module: views_module._groups([
+            (t.id, source.id) for stmt in module.body if isinstance(stmt, ast.Assign) for t in stmt.targets
+            if isinstance(t, ast.Name) and isinstance(source := views_module.viewed(stmt.value), ast.Name) and source.id != t.id
+        ]),
+    )
     patch.setattr(calls_module, "WRITING_FUNCTIONS", frozenset())
     patch.setattr(Analyzer, "captured_cell", lambda self, frame, expr: None)
     patch.setattr(

@@ -260,6 +260,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.views", "np_put_on_fresh_steps"): ("ignores", "memory shared or kept, spelt as engines spell it"),
     ("czoo.views", "np_copyto_on_every_path"): ("honors", "memory shared or kept, spelt as engines spell it"),
     ("czoo.views", "data_view_filled_on_fresh_steps"): ("ignores", "memory shared or kept, spelt as engines spell it"),
+    ("czoo.views", "a_chained_name_filled_on_fresh_steps"): ("ignores", "memory shared or kept, spelt as engines spell it"),
     ("czoo.kept_by_name", "a_captured_buffer_filled_on_fresh_steps"): ("ignores", "memory shared or kept, spelt as engines spell it"),
     ("czoo.kept_by_name", "a_default_tensor_filled_on_fresh_steps"): ("ignores", "memory shared or kept, spelt as engines spell it"),
     ("czoo.kept_by_name", "a_global_filled_through_globals_on_fresh_steps"): ("ignores", "memory shared or kept, spelt as engines spell it"),
