@@ -11,6 +11,7 @@ import builtins
 import sys
 from typing import TYPE_CHECKING
 
+from tokenstate.checker.evaluate import element_of
 from tokenstate.checker.sources import ModuleInfo, SourceError
 from tokenstate.checker.values import (
     Cell,
@@ -21,6 +22,7 @@ from tokenstate.checker.values import (
     FuncInfo,
     MapV,
     ModuleRef,
+    Seq,
     Unknown,
     Value,
     join,
@@ -97,7 +99,17 @@ class ResolverMixin:
         if isinstance(node, ast.ImportFrom):
             return self._resolve_import_from(info, node, name)
         assert isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None
-        return self._module_assignment(info, name, node.value)
+        unpacked = next((t for t in getattr(node, "targets", ()) if isinstance(t, ast.Tuple | ast.List)
+                         and any(isinstance(e, ast.Name) and e.id == name for e in t.elts)), None)
+        if unpacked is None:
+            return self._module_assignment(info, name, node.value)
+        # A, B = ...: the item at A's place where the value's items are known, else any item
+        value = self.eval(self.module_frame(info), node.value)
+        index = next(i for i, e in enumerate(unpacked.elts) if isinstance(e, ast.Name) and e.id == name)
+        starred = any(isinstance(e, ast.Starred) for e in unpacked.elts)
+        if isinstance(value, Seq) and value.items is not None and len(value.items) == len(unpacked.elts) and not starred:
+            return value.items[index]
+        return element_of(value)
 
     def module_variable(self: Analyzer, module: str, name: str, depth: int = 0) -> str | None:
         """``module.name`` where ``name``, read in ``module``, is a variable assigned at module level

@@ -118,6 +118,8 @@ def _tabulate(info: ModuleInfo) -> None:
             for target in targets:
                 if isinstance(target, ast.Name) and stmt.value is not None:
                     info.bindings[target.id] = stmt
+                elif isinstance(target, ast.Tuple | ast.List):  # A, B = ... binds each name
+                    info.bindings.update((e.id, stmt) for e in target.elts if isinstance(e, ast.Name))
     empty_lists = {
         name for name, stmt in info.bindings.items()
         if isinstance(stmt, ast.Assign | ast.AnnAssign) and isinstance(stmt.value, ast.List)

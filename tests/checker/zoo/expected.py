@@ -237,6 +237,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.persistent", "a_helper_fills_its_own_clone_of_the_buffer"): ("honors", "state written in place, however spelt"),
     ("czoo.persistent", "an_unbound_copy_fills_the_model_buffer_on_fresh_steps"): ("ignores", "state written in place, however spelt"),
     ("czoo.persistent", "a_buffer_outside_the_analysed_modules_filled_on_fresh_steps"): ("ignores", "state written in place, however spelt"),
+    ("czoo.persistent", "a_buffer_bound_by_unpacking_filled_on_fresh_steps"): ("ignores", "state written in place, however spelt"),
     ("czoo.views", "module_numpy_view_filled_on_fresh_steps"): ("ignores", "a buffer filled through another view of its memory"),
     ("czoo.views", "numpy_view_filled_on_fresh_steps"): ("ignores", "a buffer filled through another view of its memory"),
     ("czoo.views", "numpy_view_filled_on_every_path"): ("honors", "a buffer filled through another view of its memory"),

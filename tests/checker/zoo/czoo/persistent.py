@@ -18,6 +18,7 @@ from tokenstate.contracts import ForwardInput, HostTokens, entry_point
 
 _INPUT_IDS = torch.zeros(4096, dtype=torch.long)  # [max_tokens]: vLLM's persistent input buffer, module-level
 _STAGED_IDS = torch.zeros(4096, dtype=torch.long)  # [max_tokens]
+_POSITIONS, _UNPACKED_IDS = torch.zeros(4096, dtype=torch.long), torch.zeros(4096, dtype=torch.long)  # [max_tokens] each
 KEPT: HostTokens | None = None
 KEPT_IN_A_BLOCK: HostTokens | None = None
 
@@ -298,3 +299,11 @@ def a_buffer_outside_the_analysed_modules_filled_on_fresh_steps(model: ServableL
     if not inp.has_stale_rows:
         OUTSIDE_INPUT_IDS[:n].copy_(inp.host_tokens.ids)
     return model.logits(model.embed(outside_buffers.OUTSIDE_INPUT_IDS[:n]), inp)
+
+
+@entry_point
+def a_buffer_bound_by_unpacking_filled_on_fresh_steps(model: ServableLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    if not inp.has_stale_rows:
+        _UNPACKED_IDS[:n] = inp.host_tokens.ids
+    return model.logits(model.embed(_UNPACKED_IDS[:n]), inp)
