@@ -20,7 +20,7 @@ checked and the allocator's own error stands).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -68,52 +68,47 @@ def _failed_allocation(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def slot_state_allocation(max_num_seqs: int, max_model_len: int) -> Iterator[None]:
-    """Around the slot state's allocation: a failed allocation becomes a :class:`ConfigError`."""
+def _failed_allocation_refused(describe: Callable[[BaseException], str]) -> Iterator[None]:
+    """Around an allocation: one that fails becomes a :class:`ConfigError` saying ``describe(exc)``;
+    any other error passes."""
     try:
         yield
     except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
         if not _failed_allocation(exc):
             raise
-        raise ConfigError(
-            f"LLM: the slot state for max_num_seqs={max_num_seqs} does not fit in memory ({exc}); "
-            f"{_advice(max_num_seqs, max_model_len)}."
-        ) from exc
+        raise ConfigError(describe(exc)) from exc
 
 
-@contextlib.contextmanager
-def step_state_allocation(max_num_batched_tokens: int, max_num_seqs: int, max_model_len: int) -> Iterator[None]:
+def slot_state_allocation(max_num_seqs: int, max_model_len: int) -> contextlib.AbstractContextManager[None]:
+    """Around the slot state's allocation: a failed allocation becomes a :class:`ConfigError`."""
+    return _failed_allocation_refused(lambda exc: (
+        f"LLM: the slot state for max_num_seqs={max_num_seqs} does not fit in memory ({exc}); "
+        f"{_advice(max_num_seqs, max_model_len)}."
+    ))
+
+
+def step_state_allocation(
+    max_num_batched_tokens: int, max_num_seqs: int, max_model_len: int
+) -> contextlib.AbstractContextManager[None]:
     """Around the device mirror's allocation, which stages ids and metadata for up to
     ``max_num_batched_tokens`` tokens a step besides each slot's state: a failed allocation becomes
     a :class:`ConfigError` naming the step budget first."""
-    try:
-        yield
-    except (MemoryError, RuntimeError) as exc:
-        if not _failed_allocation(exc):
-            raise
-        used = max_num_seqs * max_model_len
-        raise ConfigError(
-            f"LLM: the step buffers for max_num_batched_tokens={max_num_batched_tokens} and the slot "
-            f"state for max_num_seqs={max_num_seqs} do not fit in memory ({exc}); lower "
-            f"max_num_batched_tokens (a step stages ids for that many tokens; more than max_num_seqs x "
-            f"max_model_len = {used} is never used), or {_advice(max_num_seqs, max_model_len)}."
-        ) from exc
+    return _failed_allocation_refused(lambda exc: (
+        f"LLM: the step buffers for max_num_batched_tokens={max_num_batched_tokens} and the slot "
+        f"state for max_num_seqs={max_num_seqs} do not fit in memory ({exc}); lower "
+        f"max_num_batched_tokens (a step stages ids for that many tokens; more than max_num_seqs x "
+        f"max_model_len = {max_num_seqs * max_model_len} is never used), or {_advice(max_num_seqs, max_model_len)}."
+    ))
 
 
-@contextlib.contextmanager
-def model_allocation(source: str) -> Iterator[None]:
+def model_allocation(source: str) -> contextlib.AbstractContextManager[None]:
     """Around building or loading a model: its weights failing to allocate (a config whose sizes
     are far beyond its checkpoint's, say) become a :class:`ConfigError` naming ``source``."""
-    try:
-        yield
-    except (MemoryError, RuntimeError) as exc:
-        if not _failed_allocation(exc):
-            raise
-        raise ConfigError(
-            f"LLM: the weights {source} describes do not fit in memory ({exc}); check the sizes in "
-            "its config (hidden_size, intermediate_size, vocab_size, num_hidden_layers) against "
-            "the model you mean to serve."
-        ) from exc
+    return _failed_allocation_refused(lambda exc: (
+        f"LLM: the weights {source} describes do not fit in memory ({exc}); check the sizes in "
+        "its config (hidden_size, intermediate_size, vocab_size, num_hidden_layers) against "
+        "the model you mean to serve."
+    ))
 
 
 def check_slot_state_fits(model: object, max_num_seqs: int, max_model_len: int) -> None:
