@@ -205,16 +205,8 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
     params = SamplingParams(max_tokens=config.max_tokens, ignore_eos=True)
     if prompts is None:
         prompts = builtin_prompts(first.model.vocab_size, first.model.max_model_len, config)
-    comparisons, oracle_note = ["async vs sync"], ""
-    if config.oracle and not _oracle_ready():
-        oracle_note = "transformers is not installed (pip install 'tokenstate[oracle]')"
-    elif config.oracle and first.factory.save is None:
-        oracle_note = f"model {first.factory.name!r} cannot save HF-format weights"
-    elif config.oracle:
-        comparisons += ["sync vs oracle", "async vs oracle"]
-    report = GateReport(
-        model=first.factory.name, comparisons=comparisons, prompt_lens=[len(p) for p in prompts], oracle_note=oracle_note
-    )
+    comparisons = ["async vs sync"]
+    report = GateReport(model=first.factory.name, comparisons=comparisons, prompt_lens=[len(p) for p in prompts])
     outputs: dict[str, list[RequestOutput]] = {}
     for path in ("sync", "async"):
         engine = first if path == "sync" else LLM(shared, async_scheduling=True, **settings)
@@ -229,14 +221,15 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
     if report.errors:
         return report
     oracle = None
-    if "sync vs oracle" in comparisons:
+    if config.oracle:
         from tokenstate.tools.oracle import HFOracle
 
         try:
             oracle = HFOracle(first.factory, first.model)
-        except ConfigError as exc:  # transformers has no class for the model's architecture
+        except ConfigError as exc:  # no transformers, no HF save, or no transformers class for it
             report.oracle_note = str(exc).removesuffix(".")
-            report.comparisons = comparisons = ["async vs sync"]
+        else:
+            report.comparisons = comparisons = [*comparisons, "sync vs oracle", "async vs oracle"]
     for i, prompt in enumerate(prompts):
         sync, async_ = outputs["sync"][i], outputs["async"][i]
         row = {"async vs sync": compare_tokens("async vs sync", sync.token_ids, async_)}
@@ -271,8 +264,3 @@ def run_gate(model: Any, config: GateConfig | None = None, prompts: list[list[in
         report.cells = [run_cell(cell, context) for cell in CELLS]
     return report
 
-
-def _oracle_ready() -> bool:
-    from tokenstate.tools.oracle import oracle_available
-
-    return oracle_available()
