@@ -44,7 +44,7 @@ from tokenstate.checker.values import (
     taint,
     with_item,
 )
-from tokenstate.checker.views import shared_attributes, shared_globals, viewed
+from tokenstate.checker.views import is_globals, shared_attributes, shared_globals, viewed
 
 if TYPE_CHECKING:
     from tokenstate.checker.engine import Analyzer
@@ -397,10 +397,10 @@ class StmtMixin:
         writes as ``global KEPT`` would be: :func:`~tokenstate.checker.sources.global_names_spelt`);
         ``obj.__dict__["ids"]`` and ``vars(obj)["ids"]`` are ``obj.ids``."""
         namespace, owner = target.value, None
-        if isinstance(namespace, ast.Call) and isinstance(namespace.func, ast.Name) and not namespace.keywords:
-            if namespace.func.id == "globals" and not namespace.args and frame.func is not None:
-                owner = namespace
-            elif namespace.func.id == "vars" and len(namespace.args) == 1:
+        if is_globals(namespace):
+            owner = namespace if frame.func is not None else None
+        elif isinstance(namespace, ast.Call) and isinstance(namespace.func, ast.Name) and not namespace.keywords:
+            if namespace.func.id == "vars" and len(namespace.args) == 1:
                 owner = namespace.args[0]
         elif isinstance(namespace, ast.Attribute) and namespace.attr == "__dict__":
             owner = namespace.value

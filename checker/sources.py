@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tokenstate.checker.views import global_item
+
 __all__ = ["ModuleInfo", "SourceError", "SourceTable"]
 
 
@@ -221,9 +223,4 @@ def global_names_spelt(node: ast.AST) -> list[str]:
     in a function, each is a scope cell, as a name declared ``global`` there is; at module level it
     is a plain binding."""
     targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
-    return [
-        t.slice.value for t in targets
-        if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str)
-        and isinstance(t.value, ast.Call) and isinstance(t.value.func, ast.Name) and t.value.func.id == "globals"
-        and not t.value.args
-    ]
+    return [name for t in targets if isinstance(t, ast.Subscript) and (name := global_item(t)) is not None]

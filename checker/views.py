@@ -31,7 +31,7 @@ def viewed(expr: ast.expr) -> ast.expr:
     """The expression whose memory ``expr`` views: ``expr`` with its subscripts, view methods and
     memory-sharing conversions taken off (``np.asarray(buf)[:n].view(-1)`` → ``buf``)."""
     while True:
-        if isinstance(expr, ast.Subscript) and (name := _global_item(expr)) is not None:
+        if isinstance(expr, ast.Subscript) and (name := global_item(expr)) is not None:
             return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), expr)  # globals()["K"] is K
         if isinstance(expr, ast.Subscript):
             expr = expr.value
@@ -45,15 +45,18 @@ def viewed(expr: ast.expr) -> ast.expr:
             return expr
 
 
-def _global_item(expr: ast.Subscript) -> str | None:
+def global_item(expr: ast.Subscript) -> str | None:
     """``K`` for ``globals()["K"]``; else None."""
-    call, key = expr.value, expr.slice
-    if (
-        isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "globals" and not call.args
-        and isinstance(key, ast.Constant) and isinstance(key.value, str)
-    ):
-        return key.value
-    return None
+    key = expr.slice
+    return key.value if is_globals(expr.value) and isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+
+
+def is_globals(expr: ast.expr) -> bool:
+    """Whether ``expr`` is the call ``globals()``."""
+    return (
+        isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "globals"
+        and not expr.args and not expr.keywords
+    )
 
 
 def _function_name(func: ast.expr) -> str | None:

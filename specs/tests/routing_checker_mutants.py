@@ -1007,7 +1007,7 @@ def engine_spellings_of_shared_memory_unseen(patch: MutantPatch) -> None:
     )
     patch.setattr(views_module, "VIEWS", views_module.VIEWS - {"ravel", "swapaxes"})
     patch.setattr(views_module, "ATTRIBUTE_VIEWS", frozenset())
-    patch.setattr(views_module, "_global_item", lambda expr: None)
+    patch.setattr(views_module, "global_item", lambda expr: None)
     patch.setattr(
         execute_module, "shared_globals",
         lambda module: views_module._groups([
