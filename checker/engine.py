@@ -147,7 +147,7 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
             if param.arg not in env:
                 default = defaults.get(param.arg)
                 env[param.arg] = OPAQUE if default is None else self.eval(module_frame, default)
-                if default is not None and _is_mutable_literal(default):  # one object for every call
+                if default is not None and _builds_a_shared_default(default):  # one object for every call that omits it
                     cell = frame.default_cells[param.arg] = default_cell(func.info, param.arg)
                     env[param.arg] = frame.published.get(cell, env[param.arg])
         frame.params = frozenset(p.arg for p in [*positional, *spec.kwonlyargs])
@@ -373,7 +373,7 @@ def check_entry_points(targets: Sequence[EntryTarget], config: CheckerConfig | N
     return CheckReport([analyzer.check(target) for target in targets])
 
 
-def _is_mutable_literal(default: ast.expr) -> bool:
+def _builds_a_shared_default(default: ast.expr) -> bool:
     """Whether a parameter default builds an object (``[]``, ``{}``, ``torch.zeros(n)``, any call):
     evaluated once, at the def, so every call that does not pass the argument shares that one
     object, and what one call writes into it the next one reads."""

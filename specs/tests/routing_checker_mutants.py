@@ -987,7 +987,7 @@ def names_spelt_at_run_time_unseen(patch: MutantPatch) -> None:
 def closures_defaults_and_caches_forget(patch: MutantPatch) -> None:
     patch.setattr(execute_module, "closure_cell", lambda frame, name: None)
     patch.setattr(evaluate_module, "closure_cell", lambda frame, name: None)
-    patch.setattr(engine_module, "_is_mutable_literal", lambda default: False)
+    patch.setattr(engine_module, "_builds_a_shared_default", lambda default: False)
     patch.setattr(execute_module, "RESULT_CACHES", frozenset())
 
 
@@ -1018,7 +1018,7 @@ def engine_spellings_of_shared_memory_unseen(patch: MutantPatch) -> None:
     patch.setattr(calls_module, "WRITING_FUNCTIONS", frozenset())
     patch.setattr(Analyzer, "captured_cell", lambda self, frame, expr: None)
     patch.setattr(
-        engine_module, "_is_mutable_literal",
+        engine_module, "_builds_a_shared_default",
         lambda default: isinstance(default, ast.List | ast.Dict | ast.Set) or (
             isinstance(default, ast.Call) and isinstance(default.func, ast.Name) and default.func.id in ("list", "dict", "set")
         ),
