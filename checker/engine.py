@@ -69,6 +69,10 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         self._sharing_attributes: dict[ClassInfo, dict[str, frozenset[str]]] = {}
         self._sharing_globals: dict[str, dict[str, frozenset[str]]] = {}
         self._decorating: set[ast.AST] = set()  # defs whose decorators are being applied
+        # module globals some call wrote through the module object (state.K = v): their scope
+        # cells, which a plain read of the name consults (a ContextVar's cell, of the same name,
+        # holds the scope's value, not the variable)
+        self.globals_written_through_modules: set[str] = set()
         self.sink_functions: dict[str, SinkSpec] = {
             self.canonical(s.dotted): s for s in config.sinks if s.kind == "function"
         }

@@ -254,6 +254,8 @@ class ExprMixin:
             return self.unknown(frame, f"reads scope global {cell} where no enclosing scope publishes it", node)
         if name == "super" and frame.func is not None:
             return External("builtins.super")
+        if cell in self.globals_written_through_modules and cell in frame.published:
+            return frame.published[cell]  # written through the module object: sys.modules[__name__].K = v
         value = self.resolve_global(frame.module.name, name)
         if frame.fills:  # a module-level buffer or container this call filled in place
             kept = frame.filled(self.module_variable(frame.module.name, name) or _external_variable(value))
@@ -335,6 +337,12 @@ class ExprMixin:
         if isinstance(base, Super):
             return self.super_attribute(frame, base, name, node)
         if isinstance(base, ModuleRef):
+            cell = f"{base.name}.{name}"  # state.K = v, or K = v under `global K` in that module
+            if cell in frame.published and (
+                cell in self.globals_written_through_modules
+                or name in getattr(self.load_module(base.name), "global_cells", ())
+            ):
+                return frame.published[cell]
             kept = frame.filled(self.module_variable(base.name, name)) if frame.fills else None
             return kept if kept is not None else self.resolve_global(base.name, name)  # filled in place here
         if isinstance(base, External):
@@ -423,6 +431,14 @@ class ExprMixin:
             return self.unknown(frame, f"super() of {base.info.dotted} has no {name!r}", node)
         return self.bind_member(frame, member[0], receiver, node)
 
+    def module_named(self: Analyzer, frame: Frame, key: ast.expr) -> str | None:
+        """The module a ``sys.modules`` key names where it is fixed: ``__name__`` (this module) or
+        a string constant; else None."""
+        if isinstance(key, ast.Name) and key.id == "__name__" and "__name__" not in frame.env:
+            return frame.module.name
+        names = self.constant_names(frame, key)
+        return names[0] if names is not None and len(names) == 1 else None
+
     def subscript(self: Analyzer, frame: Frame, base: Value, node: ast.Subscript) -> Value:
         index = self.eval(frame, node.slice)
         if isinstance(base, Seq):
@@ -438,6 +454,8 @@ class ExprMixin:
             return self.lookup(frame, base, key)
         if isinstance(base, Cell) and base.kind == "stack":
             return self.read_cell(frame, base.name, node)
+        if base == SYS_MODULES and (module := self.module_named(frame, node.slice)) is not None:
+            return self.module_value(module)  # sys.modules[__name__], sys.modules["pkg.state"]
         if isinstance(base, Instance):
             getter = self.class_member(base.info, "__getitem__")
             if getter is not None and isinstance(getter[0], Func):  # a registry: INTERFACE[name]
@@ -450,6 +468,9 @@ class ExprMixin:
             self.sink(frame, "table[ids] gather", index, node)
             return OPAQUE
         return join(taint(base), taint(index))
+
+
+SYS_MODULES = External("sys.modules")
 
 
 def _external_variable(value: Value) -> str | None:

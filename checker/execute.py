@@ -33,6 +33,7 @@ from tokenstate.checker.values import (
     Input,
     Instance,
     MapV,
+    ModuleRef,
     Opaque,
     Seq,
     Tokens,
@@ -362,6 +363,8 @@ class StmtMixin:
             base = self.eval(frame, target.value)
             if isinstance(base, Instance):
                 frame.record_writes(base.info, {target.attr: value})
+            elif isinstance(base, ModuleRef):
+                self.write_module_global(frame, base, target.attr, value)
             elif isinstance(base, ClassRef):  # a class attribute: a scope cell, as a module global is
                 frame.write_cell(self.class_cell_for(base.info, target.attr) or class_cell(base.info, target.attr), value)
             elif isinstance(base, Cell) and base.kind == "local":
@@ -391,11 +394,20 @@ class StmtMixin:
             else:
                 self.stored_out_of_sight(frame, base, value, target)
 
+    def write_module_global(self: Analyzer, frame: Frame, module: ModuleRef, name: str, value: Value) -> None:
+        """``state.KEPT = v`` (and ``setattr(state, "KEPT", v)``, ``vars(state)["KEPT"] = v``): the
+        module's global ``KEPT``, a scope cell as a ``global KEPT`` write in that module is — kept
+        beyond the call, read back by ``state.KEPT`` and by ``KEPT`` inside the module."""
+        cell = f"{module.name}.{name}"
+        self.globals_written_through_modules.add(cell)
+        frame.write_cell(cell, value)
+
     def assignment_spelt(self: Analyzer, frame: Frame, target: ast.Subscript) -> ast.Name | ast.Attribute | None:
         """The plain assignment target an item write into a namespace spells, where its key is a
         fixed string: ``globals()["KEPT"]`` is the module global ``KEPT`` (a name some function
         writes as ``global KEPT`` would be: :func:`~tokenstate.checker.sources.global_names_spelt`);
-        ``obj.__dict__["ids"]`` and ``vars(obj)["ids"]`` are ``obj.ids``."""
+        ``obj.__dict__["ids"]`` and ``vars(obj)["ids"]`` are ``obj.ids``, and on a module
+        (``vars(state)["K"]``, ``sys.modules[__name__].__dict__["K"]``) its global ``state.K``."""
         namespace, owner = target.value, None
         if is_globals(namespace):
             owner = namespace if frame.func is not None else None
@@ -410,7 +422,7 @@ class StmtMixin:
             return None
         if owner is namespace:  # globals()
             return ast.copy_location(ast.Name(id=keys[0], ctx=ast.Store()), target)
-        if isinstance(self.eval(frame, owner), Instance):
+        if isinstance(self.eval(frame, owner), Instance | ModuleRef):  # vars(state)["K"] is state.K
             return ast.copy_location(ast.Attribute(value=owner, attr=keys[0], ctx=ast.Store()), target)
         return None
 

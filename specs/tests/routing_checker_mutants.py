@@ -1037,3 +1037,12 @@ def methods_see_the_objects_as_built(patch: MutantPatch) -> None:
     patch.setattr(execute_module, "never_taken", lambda fresh, side: False)
     patch.setattr(evaluate_module, "never_taken", lambda fresh, side: False)
     patch.setattr(Frame, "join_exits", lambda self, states: None)
+
+
+@mutant(
+    "RCK-71/module-objects-written-out-of-sight",
+    doc="A write through a module object (`state.K = v`, `setattr(state, \"K\", v)`, `vars(state)[\"K\"] = v`, "
+    "`sys.modules[__name__].__dict__[\"K\"] = v`) is dropped: the global keeps what its module binds.",
+)
+def module_objects_written_out_of_sight(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "write_module_global", lambda self, frame, module, name, value: None)

@@ -75,6 +75,7 @@ from .routing_checker_mutants import (
     module_and_class_state_read_as_defined,
     module_dict_attributes_opaque,
     module_level_class_patches_unseen,
+    module_objects_written_out_of_sight,
     names_spelt_at_run_time_unseen,
     none_beside_device_tokens_dropped,
     one_level_of_star_imports,
@@ -528,3 +529,8 @@ def test_memory_shared_or_kept_is_seen_as_engines_spell_it():
 @pytest.mark.paid("RCK-70", before=methods_see_the_objects_as_built)
 def test_a_runners_methods_read_what_its_callers_staged():
     assert_zoo("a runner's methods read what its callers staged", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-71", before=module_objects_written_out_of_sight)
+def test_a_modules_global_written_through_the_module_object_is_kept():
+    assert_zoo("a module's global written through the module object", {"honors", "ignores"})

@@ -270,6 +270,13 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.runner_style", "the_copy_a_method_returns_staged_on_fresh_steps"): ("ignores", "a runner's methods read what its callers staged"),
     ("czoo.runner_style", "a_method_rechecks_the_guard_its_caller_took"): ("honors", "a runner's methods read what its callers staged"),
     ("czoo.runner_style", "a_staging_method_called_on_both_sides_of_a_guard"): ("honors", "a runner's methods read what its callers staged"),
+    ("czoo.kept_in_modules", "module_vars_keep_host_ids_of_fresh_steps"): ("ignores", "a module's global written through the module object"),
+    ("czoo.kept_in_modules", "sys_modules_dict_keeps_host_ids_of_fresh_steps"): ("ignores", "a module's global written through the module object"),
+    ("czoo.kept_in_modules", "module_attribute_keeps_host_ids_of_fresh_steps"): ("ignores", "a module's global written through the module object"),
+    ("czoo.kept_in_modules", "module_setattr_keeps_host_ids_of_fresh_steps"): ("ignores", "a module's global written through the module object"),
+    ("czoo.kept_in_modules", "module_vars_written_on_every_path"): ("honors", "a module's global written through the module object"),
+    ("czoo.kept_in_modules", "sys_modules_dict_written_on_every_path"): ("honors", "a module's global written through the module object"),
+    ("czoo.kept_in_modules", "module_attribute_written_on_every_path"): ("honors", "a module's global written through the module object"),
 }
 
 # The forwards whose model class comes from their factory's build function.
