@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from tokenstate.checker.evaluate import STATE_DUMPS, element_of, host_kind
 from tokenstate.checker.frame import RESULT_CACHES, Event, Frame, Summary, cached_cell
@@ -538,16 +538,61 @@ class CallMixin:
         if member is not None and isinstance(member[0], Func):
             summary = self.invoke(frame, Func(member[0].info, Instance(cls, ())), args, kwargs, node)
             fields = dict(summary.self_writes)
-        elif "dataclass" in decorator_names(cls.node):
-            names = [
-                s.target.id for s in cls.node.body
-                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
-            ]
-            fields = dict(zip(names, args, strict=False))
-            fields.update((k, v) for k, v in kwargs if k in names)
+        elif (record := self.record_fields(cls)) is not None:
+            fields = self.construct_record(frame, cls, record, args, kwargs, node)
         elif args and any(isinstance(k, External) and k.dotted.startswith("builtins.") for k in self.mro(cls)):
             fields = {"args": Seq(args, join(*args))}  # class Carry(Exception): BaseException keeps .args
         return Instance(cls, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
+
+    def record_fields(self: Analyzer, cls: ClassInfo) -> list[RecordField] | None:
+        """The generated ``__init__``'s parameters of a dataclass or ``typing.NamedTuple`` class, in
+        order: the annotated names of its record bases first (a redefined field keeps its place),
+        ``ClassVar`` left out, an ``InitVar`` a parameter only, ``field(init=False)`` a field only,
+        names after ``_: KW_ONLY`` keyword-only. ``None`` for any other class."""
+        chain = [k for k in reversed(self.mro(cls)) if isinstance(k, ClassInfo) and _is_record_class(k, self.mro(k))]
+        if not chain or chain[-1] is not cls:
+            return None
+        fields: dict[str, RecordField] = {}
+        for klass in chain:
+            keyword_only = False
+            for stmt in klass.node.body:
+                if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+                    continue
+                kind = _annotation_kind(stmt.annotation)
+                if kind == "kw_only":
+                    keyword_only = True
+                elif kind != "classvar":
+                    init = not _declared_without_init(stmt.value)
+                    fields[stmt.target.id] = RecordField(stmt.target.id, init, kind != "initvar", keyword_only)
+        return list(fields.values())
+
+    def construct_record(
+        self: Analyzer, frame: Frame, cls: ClassInfo, record: list[RecordField], args: tuple[Value, ...],
+        kwargs: tuple[tuple[str, Value], ...], node: ast.AST,
+    ) -> dict[str, Value]:
+        """The fields a dataclass or NamedTuple instance holds after construction: the arguments
+        bound to the parameters of its generated ``__init__``, then what ``__post_init__`` (given the
+        ``InitVar`` values) assigns on the instance."""
+        params = [f for f in record if f.init]
+        given = dict(zip((f.name for f in params if not f.keyword_only), args, strict=False))
+        given.update((k, v) for k, v in kwargs if any(f.name == k for f in params))
+        fields = {f.name: given[f.name] for f in params if f.stored and f.name in given}
+        post_init = self.class_member(cls, "__post_init__")
+        if post_init is not None and isinstance(post_init[0], Func):
+            init_vars = tuple(given.get(f.name, OPAQUE) for f in params if not f.stored)
+            receiver = Instance(cls, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
+            summary = self.invoke(frame, Func(post_init[0].info, receiver), init_vars, (), node)
+            fields.update(summary.self_writes)
+        return fields
+
+    def record_items(self: Analyzer, value: Value) -> Seq | None:
+        """A ``typing.NamedTuple`` instance as the tuple it is (``meta[1]``, ``a, b = meta``): its
+        fields in order; else None."""
+        if not isinstance(value, Instance) or not _is_named_tuple(self.mro(value.info)):
+            return None
+        record = self.record_fields(value.info) or []
+        items = tuple(value.field(f.name) or OPAQUE for f in record if f.stored)
+        return Seq(items, join(*items))
 
     def may_swallow(self: Analyzer, manager: Value) -> bool:
         """Whether a ``with`` on ``manager`` may swallow an exception of its body (so the block may
@@ -648,9 +693,10 @@ def is_code(value: Value) -> bool:
 
 _NESTING = 3
 """How deep :meth:`CallMixin.current` updates the objects an object's fields hold."""
-NAMED_SETTERS = frozenset({"register_buffer"})
+NAMED_SETTERS = frozenset({"register_buffer", "register_parameter", "add_module", "register_module"})
 """Methods of an analysed object that assign the attribute their first argument names (``nn.Module``'s
-``register_buffer("last_ids", t)`` is ``self.last_ids = t``)."""
+``register_buffer("last_ids", t)`` is ``self.last_ids = t``, ``add_module("embed", m)`` is
+``self.embed = m``)."""
 WRITING_FUNCTIONS = frozenset({"numpy.copyto", "numpy.put", "numpy.putmask", "numpy.place", "numpy.put_along_axis"})
 """numpy functions that write into the array given first."""
 IN_PLACE_WRITES = frozenset({"copy_", "index_copy_", "scatter_", "index_put_", "masked_scatter_", "put_"})
@@ -792,3 +838,41 @@ def _binds_otherwise(site: ast.AST, name: str, func: ast.AST) -> bool:
     if isinstance(site, ast.Global | ast.Nonlocal):
         return name in site.names
     return False
+
+
+class RecordField(NamedTuple):
+    """One parameter of a dataclass's or NamedTuple's generated ``__init__``."""
+
+    name: str
+    init: bool  # a parameter of __init__ (not ``field(init=False)``)
+    stored: bool  # kept on the instance (not an ``InitVar``)
+    keyword_only: bool  # after ``_: KW_ONLY``
+
+
+def _is_named_tuple(mro: list[ClassInfo | External]) -> bool:
+    return any(isinstance(k, External) and k.dotted.rpartition(".")[2] == "NamedTuple" for k in mro)
+
+
+def _is_record_class(cls: ClassInfo, mro: list[ClassInfo | External]) -> bool:
+    """Whether ``cls`` gets a generated ``__init__`` from its annotations: a dataclass (decorated
+    itself) or a ``typing.NamedTuple`` subclass."""
+    return "dataclass" in decorator_names(cls.node) or _is_named_tuple(mro)
+
+
+def _annotation_kind(annotation: ast.expr) -> str:
+    """``"classvar"``, ``"initvar"``, ``"kw_only"`` (the ``KW_ONLY`` sentinel) or ``"field"``."""
+    head = annotation.value if isinstance(annotation, ast.Subscript) else annotation
+    if isinstance(head, ast.Constant) and isinstance(head.value, str):  # a string annotation
+        head_name = head.value.partition("[")[0].rpartition(".")[2]
+    else:
+        head_name = head.attr if isinstance(head, ast.Attribute) else getattr(head, "id", "")
+    return {"ClassVar": "classvar", "InitVar": "initvar", "KW_ONLY": "kw_only"}.get(head_name, "field")
+
+
+def _declared_without_init(default: ast.expr | None) -> bool:
+    """Whether a dataclass field's default is ``field(init=False)``."""
+    return (
+        isinstance(default, ast.Call)
+        and (default.func.attr if isinstance(default.func, ast.Attribute) else getattr(default.func, "id", "")) == "field"
+        and any(k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False for k in default.keywords)
+    )

@@ -441,6 +441,7 @@ class ExprMixin:
 
     def subscript(self: Analyzer, frame: Frame, base: Value, node: ast.Subscript) -> Value:
         index = self.eval(frame, node.slice)
+        base = self.record_items(base) or base  # meta[1] of a NamedTuple: its second field
         if isinstance(base, Seq):
             if base.items is not None and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int):
                 position = node.slice.value

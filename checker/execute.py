@@ -345,6 +345,7 @@ class StmtMixin:
             if fresh_row_fact(target.id) in frame.narrow:  # another row now: what held of the old one does not
                 frame.narrow = {k: v for k, v in frame.narrow.items() if k != fresh_row_fact(target.id)}
         elif isinstance(target, ast.Tuple | ast.List):
+            value = self.record_items(value) or value  # a, b = meta: a NamedTuple's fields in order
             starred = any(isinstance(e, ast.Starred) for e in target.elts)
             pairwise = isinstance(value, Seq) and value.items is not None and len(value.items) == len(target.elts)
             for index, elt in enumerate(target.elts):
@@ -406,7 +407,7 @@ class StmtMixin:
         """The plain assignment target an item write into a namespace spells, where its key is a
         fixed string: ``globals()["KEPT"]`` is the module global ``KEPT`` (a name some function
         writes as ``global KEPT`` would be: :func:`~tokenstate.checker.sources.global_names_spelt`);
-        ``obj.__dict__["ids"]`` and ``vars(obj)["ids"]`` are ``obj.ids``, and on a module
+        ``obj.__dict__["ids"]``, ``vars(obj)["ids"]`` and ``module._modules["ids"]`` are ``obj.ids``, and on a module
         (``vars(state)["K"]``, ``sys.modules[__name__].__dict__["K"]``) its global ``state.K``."""
         namespace, owner = target.value, None
         if is_globals(namespace):
@@ -414,7 +415,7 @@ class StmtMixin:
         elif isinstance(namespace, ast.Call) and isinstance(namespace.func, ast.Name) and not namespace.keywords:
             if namespace.func.id == "vars" and len(namespace.args) == 1:
                 owner = namespace.args[0]
-        elif isinstance(namespace, ast.Attribute) and namespace.attr == "__dict__":
+        elif isinstance(namespace, ast.Attribute) and namespace.attr in NAMESPACES:
             owner = namespace.value
         # the name is looked for only under a namespace: a key's bindings are read off the function
         keys = self.constant_names(frame, target.slice) if owner is not None else None
@@ -542,6 +543,9 @@ class StmtMixin:
 
 
 CONSTRUCTORS = frozenset({"__init__", "__new__", "__post_init__"})
+NAMESPACES = frozenset({"__dict__", "_modules", "_buffers", "_parameters"})
+"""Attributes of an object that map its attribute names to their values: ``obj.__dict__["a"] = v``
+and ``module._modules["embed"] = m`` (``nn.Module``'s own tables) are ``obj.a = v``."""
 _NESTING = 3
 """How many attributes deep a fill is matched against the paths that share its memory."""
 

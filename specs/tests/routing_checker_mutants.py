@@ -14,9 +14,11 @@ import tokenstate.checker.resolve as resolve_module
 import tokenstate.checker.views as views_module
 import tokenstate.contracts.forward_input as forward_input_module
 import tokenstate.contracts.tokens as tokens_module
+from tokenstate.checker.calls import RecordField
 from tokenstate.checker.engine import Analyzer
 from tokenstate.checker.frame import Frame
 from tokenstate.checker.guards import Facts
+from tokenstate.checker.resolve import decorator_names
 from tokenstate.checker.values import (
     OPAQUE,
     Bound,
@@ -969,8 +971,9 @@ def views_are_separate_values(patch: MutantPatch) -> None:
 
 @mutant(
     "RCK-67/names-spelt-at-run-time-unseen",
-    doc="`globals()[\"NAME\"] = v`, `obj.__dict__[\"name\"] = v`, `vars(obj)[\"name\"] = v` and "
-    "`module.register_buffer(\"name\", t)` are item writes and calls like any other: the global or "
+    doc="`globals()[\"NAME\"] = v`, `obj.__dict__[\"name\"] = v`, `vars(obj)[\"name\"] = v`, "
+    "`module._modules[\"name\"] = m`, `module.register_buffer(\"name\", t)` and "
+    "`module.add_module(\"name\", m)` are item writes and calls like any other: the global or "
     "attribute they assign keeps what it held.",
 )
 def names_spelt_at_run_time_unseen(patch: MutantPatch) -> None:
@@ -1046,3 +1049,26 @@ def methods_see_the_objects_as_built(patch: MutantPatch) -> None:
 )
 def module_objects_written_out_of_sight(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "write_module_global", lambda self, frame, module, name, value: None)
+
+
+@mutant(
+    "RCK-72/records-built-from-their-own-annotations",
+    doc="A dataclass binds its arguments to the fields its own body annotates: inherited fields, "
+    "`InitVar`s and `__post_init__` are not seen, and a `typing.NamedTuple` holds nothing.",
+)
+def records_built_from_their_own_annotations(patch: MutantPatch) -> None:
+    def own_annotations(self, cls):
+        if "dataclass" not in decorator_names(cls.node):
+            return None
+        return [RecordField(s.target.id, True, True, False) for s in cls.node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+
+    patch.setattr(Analyzer, "record_fields", own_annotations)
+    patch.setattr(Analyzer, "class_member", _without_post_init(Analyzer.class_member))
+    patch.setattr(Analyzer, "record_items", lambda self, value: None)
+
+
+def _without_post_init(class_member):
+    def member(self, cls, name, after=None):
+        return None if name == "__post_init__" else class_member(self, cls, name, after)
+    return member

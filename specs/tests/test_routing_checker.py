@@ -83,6 +83,7 @@ from .routing_checker_mutants import (
     only_is_none_guards,
     only_suppress_swallows,
     raised_tokens_dropped,
+    records_built_from_their_own_annotations,
     registries_indexed_as_data,
     replaced_init_followed_and_constants_unread,
     rows_and_replaced_inputs_unseen,
@@ -534,3 +535,8 @@ def test_a_runners_methods_read_what_its_callers_staged():
 @pytest.mark.paid("RCK-71", before=module_objects_written_out_of_sight)
 def test_a_modules_global_written_through_the_module_object_is_kept():
     assert_zoo("a module's global written through the module object", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-72", before=records_built_from_their_own_annotations)
+def test_a_step_record_holds_what_its_generated_init_and_post_init_give_it():
+    assert_zoo("a step record built as engines build them", {"honors", "ignores"})

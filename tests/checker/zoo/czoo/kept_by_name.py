@@ -198,3 +198,64 @@ def a_global_filled_through_globals_on_fresh_steps(model: ServableLM, inp: Forwa
     if not inp.has_stale_rows:
         globals()["_STAGE"][:n] = inp.host_tokens.ids
     return model.logits(model.embed(_STAGE[:n]), inp)
+
+
+class ReRegisteringLM(ServableLM):
+    """Registers its embedding submodule again under the same name, as a wrapper that reads host ids."""
+
+    def __init__(self, config: dict | None = None, *, table: str = "add_module") -> None:
+        super().__init__(config)
+        self.ids_source = DeviceIdsSource()
+        if table == "add_module":
+            self.add_module("ids_source", HostIdsSource())
+        else:
+            self._modules["ids_source"] = HostIdsSource()
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return self.logits(self.embed(self.ids_source(inp)), inp)
+
+
+class DeviceIdsSource(torch.nn.Module):
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class HostIdsSource(DeviceIdsSource):
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return inp.host_tokens.ids
+
+
+class KeptDeviceSourceLM(ReRegisteringLM):
+    """Re-registers the device-id source itself: nothing changes."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        ServableLM.__init__(self, config)
+        self.ids_source = HostIdsSource()
+        self.add_module("ids_source", DeviceIdsSource())
+
+
+def build_re_registering(config: dict, *, device: torch.device, seed: int) -> ReRegisteringLM:
+    return ReRegisteringLM(config).to(device)
+
+
+def build_modules_table(config: dict, *, device: torch.device, seed: int) -> ReRegisteringLM:
+    return ReRegisteringLM(config, table="_modules").to(device)
+
+
+def build_kept_device_source(config: dict, *, device: torch.device, seed: int) -> KeptDeviceSourceLM:
+    return KeptDeviceSourceLM(config).to(device)
+
+
+@entry_point
+def a_submodule_re_registered_by_add_module(model: ReRegisteringLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_submodule_replaced_in_the_modules_table(model: ReRegisteringLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_submodule_re_registered_with_device_ids(model: KeptDeviceSourceLM, inp: ForwardInput) -> Tensor:
+    return model(inp)

@@ -1,0 +1,115 @@
+"""Step records built from the forward input the way engines build their metadata: dataclasses
+with inherited fields, ``__post_init__`` and ``InitVar``, and ``typing.NamedTuple`` read by field,
+by index and by unpacking.
+
+A record holding the host tokens hands them to whatever reads its field: embedding them on a step
+with spliced rows embeds placeholders, however the record was built.
+"""
+
+from dataclasses import InitVar, dataclass, field
+from typing import NamedTuple
+
+from torch import Tensor
+
+from czoo.servable import ServableLM
+from tokenstate.contracts import ForwardInput, entry_point
+
+
+@dataclass
+class StepMeta:
+    positions: Tensor
+
+
+@dataclass
+class AttnMeta(StepMeta):
+    tokens: object  # HostTokens or DeviceTokens
+
+
+@dataclass
+class DerivedMeta:
+    inp: ForwardInput
+    ids: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        self.ids = self.inp.host_tokens.ids
+
+
+@dataclass
+class HonestDerivedMeta:
+    inp: ForwardInput
+    ids: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        self.ids = self.inp.embedding_ids()
+
+
+@dataclass
+class InitVarMeta:
+    inp: InitVar[ForwardInput]
+    ids: Tensor = field(init=False)
+
+    def __post_init__(self, inp: ForwardInput) -> None:
+        self.ids = inp.host_tokens.ids
+
+
+class TupleMeta(NamedTuple):
+    positions: Tensor
+    tokens: object
+
+
+@entry_point
+def inherited_dataclass_field_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    meta = AttnMeta(inp.positions, inp.host_tokens)
+    return model.logits(model.embed(meta.tokens.ids), inp)
+
+
+@entry_point
+def inherited_dataclass_field_carries_device_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    tokens = inp.host_tokens if inp.device_tokens is None else inp.device_tokens
+    meta = AttnMeta(inp.positions, tokens)
+    return model.logits(model.embed(meta.tokens.ids), inp)
+
+
+@entry_point
+def post_init_reads_host_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(DerivedMeta(inp).ids), inp)
+
+
+@entry_point
+def post_init_reads_embedding_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(HonestDerivedMeta(inp).ids), inp)
+
+
+@entry_point
+def init_var_post_init_reads_host_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(InitVarMeta(inp).ids), inp)
+
+
+@entry_point
+def named_tuple_field_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    meta = TupleMeta(inp.positions, inp.host_tokens)
+    return model.logits(model.embed(meta.tokens.ids), inp)
+
+
+@entry_point
+def named_tuple_keywords_carry_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    meta = TupleMeta(tokens=inp.host_tokens, positions=inp.positions)
+    return model.logits(model.embed(meta.tokens.ids), inp)
+
+
+@entry_point
+def named_tuple_index_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    meta = TupleMeta(inp.positions, inp.host_tokens)
+    return model.logits(model.embed(meta[1].ids), inp)
+
+
+@entry_point
+def named_tuple_unpacked_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    _, tokens = TupleMeta(inp.positions, inp.host_tokens)
+    return model.logits(model.embed(tokens.ids), inp)
+
+
+@entry_point
+def named_tuple_carries_the_embedding_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
+    meta = TupleMeta(inp.positions, inp.host_tokens if inp.device_tokens is None else inp.device_tokens)
+    return model.logits(model.embed(meta.tokens.ids), inp)
