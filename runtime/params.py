@@ -117,8 +117,10 @@ class SamplingParams:
         frequency_penalty: subtracted from each token's logit once per time it was generated; in
             ``[-2, 2]``.
         bad_words: token-id sequences that must never be generated: a one-token word is always
-            banned; a longer word bans its last token whenever the output so far ends with the
-            word's other tokens. ``None`` (vLLM's default) is none. Words whose last tokens cover
+            banned; a longer word bans its last token whenever the request's history — the
+            prompt, then the output so far — ends with the word's other tokens, so a prefix may
+            sit in the prompt (as in HF's ``NoBadWordsLogitsProcessor``; vLLM matches the output
+            only). ``None`` (vLLM's default) is none. Words whose last tokens cover
             the whole vocabulary are refused when the request is added (a step could be left
             with nothing to sample).
 

@@ -164,7 +164,8 @@ class Scheduler:
             self.preempt(victims[-1])  # running is by arrival: the last is the lowest priority
         return True
 
-    def _num_drafts(self, req: Request, budget_left: int) -> int:
+    def _num_drafts(self, req: Request, num_new: int, budget_left: int) -> int:
+        """How many draft tokens ``req``'s decode row may verify after its ``num_new`` tokens."""
         k = self.num_speculative_tokens
         if k == 0:
             return 0
@@ -174,8 +175,8 @@ class Scheduler:
             self.max_model_len - req.num_tokens - 1,  # ... and fit the context
             budget_left,
         )
-        if self.kv_cache_tokens is not None:
-            room = min(room, self._kv_free())
+        if self.kv_cache_tokens is not None:  # the row's own new tokens, reserved, are not yet held
+            room = min(room, self._kv_free() - num_new)
         return max(room, 0)
 
     def _row(self, req: Request, num_new: int, num_drafts: int) -> ScheduledRow:
@@ -250,7 +251,7 @@ class Scheduler:
             if not self._reserve(req, num_new, scheduled):
                 continue
             is_decode = req.num_computed >= req.prefill_len
-            drafts = self._num_drafts(req, budget - num_new) if is_decode else 0
+            drafts = self._num_drafts(req, num_new, budget - num_new) if is_decode else 0
             num_decode += is_decode
             rows.append(self._row(req, num_new, drafts))
             scheduled.add(req.arrival)

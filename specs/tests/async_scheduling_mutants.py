@@ -352,10 +352,10 @@ def drafts_only_for_plain_greedy(patch: MutantPatch) -> None:
 
     num_drafts = Scheduler._num_drafts
 
-    def plain_greedy_only(self: Scheduler, req: Any, budget_left: int) -> int:
+    def plain_greedy_only(self: Scheduler, req: Any, num_new: int, budget_left: int) -> int:
         if not req.params.greedy or req.params.reads_history:
             return 0
-        return num_drafts(self, req, budget_left)
+        return num_drafts(self, req, num_new, budget_left)
 
     patch.setattr(Scheduler, "_num_drafts", plain_greedy_only)
 

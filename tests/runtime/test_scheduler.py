@@ -186,6 +186,18 @@ def test_kv_budget_preempts_the_latest_arrival_which_resumes_with_everything_kno
     assert shape(again) == [(1, 0, 5, True)] and again.admitted[0].prefill_len == 5
 
 
+def test_drafts_fit_the_kv_budget_left_after_the_rows_new_token():
+    """A decode row's drafts take only the KV room its new token leaves: 4 of 5 tokens held, so
+    the new token fills the budget and no draft fits (before: 1 draft, 6 tokens held of 5)."""
+    sched = Scheduler(max_num_seqs=1, max_num_batched_tokens=64, max_model_len=64, kv_cache_tokens=5,
+                      num_speculative_tokens=4)
+    sched.add(make(0, 4, max_tokens=8))
+    resolve(sched, sched.schedule(), [7])  # the prompt: 4 tokens held
+    decode = sched.schedule()
+    assert shape(decode) == [(0, 4, 1, True)] and decode.rows[0].num_drafts == 0
+    assert sum(r.num_computed for r in sched.running) <= 5
+
+
 def test_a_preempted_request_waits_for_its_in_flight_token_before_resuming():
     sched = Scheduler(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=64, kv_cache_tokens=6)
     sched.add(make(0, 3, max_tokens=3))
