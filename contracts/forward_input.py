@@ -280,7 +280,9 @@ class ForwardInput:
         if self.host_tokens.has_stale and self.device_tokens is None:
             raise ContractViolation(
                 f"ForwardInput: rows {list(self.host_tokens.stale_rows)} are stale on the host, so "
-                "device_tokens is required (build it with the runtime's combine step)."
+                "device_tokens is required: wrap the ids your combine step spliced (the device-side "
+                "sampled tokens at the stale positions) with DeviceTokens.from_combine(ids, "
+                "vocab_size=...); tokenstate's runner does this itself."
             )
         device = self.positions.device if isinstance(self.positions, torch.Tensor) else None
         self._check_tensor("positions", self.positions, (n,), device)

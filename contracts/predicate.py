@@ -22,9 +22,10 @@ __all__ = ["spliced_rows", "stale_position_mask"]
 
 # Row metadata: torch tensors (any device) or, on the host, numpy arrays.
 IntVector = torch.Tensor | np.ndarray
+BoolVector = torch.Tensor | np.ndarray  # a bool mask, of the kind of the row metadata it came from
 
 
-def spliced_rows(seq_lens: IntVector, prefill_lens: IntVector) -> IntVector:
+def spliced_rows(seq_lens: IntVector, prefill_lens: IntVector) -> BoolVector:
     """Per-row spliced flag: ``seq_lens`` exceeds ``prefill_lens`` — THE row predicate.
 
     Args:
@@ -57,7 +58,7 @@ def stale_position_mask(
     seq_lens: IntVector,
     prefill_lens: IntVector,
     num_drafts: IntVector | None = None,
-) -> IntVector:
+) -> BoolVector:
     """Per-position stale mask: the last ``1 + num_drafts`` positions of every spliced row.
 
     Args:

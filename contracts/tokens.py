@@ -235,7 +235,7 @@ class HostTokens:
         if self._forward is None:
             self._forward = forward
 
-    def _raise_stale(self, positions: list[int], what: str) -> None:
+    def _raise_stale(self, positions: list[int], what: str, fix: str = "") -> None:
         rows = _rows_of(positions, self._query_start_loc)
         slots = [self._slots[r] for r in rows]
         shown = positions[:8]
@@ -243,7 +243,7 @@ class HostTokens:
         raise StaleHostTokensError(
             f"HostTokens.{what}: stale host token ids read at rows {rows} (slots {slots}), "
             f"positions {shown}{more}: on the async path these positions hold PLACEHOLDER "
-            f"({PLACEHOLDER}) on the host and their real ids exist only on the device. {_STALE_FIX}",
+            f"({PLACEHOLDER}) on the host and their real ids exist only on the device. {fix or _STALE_FIX}",
             rows=tuple(rows),
             slots=tuple(slots),
             positions=tuple(positions),
@@ -257,6 +257,11 @@ class HostTokens:
 
 
 _ISSUE_KEY = object()
+_FROM_HOST_FIX = (
+    "DeviceTokens.from_host uploads only a step with nothing stale; for this one, splice the "
+    "device-side sampled tokens in at the stale positions (your combine step) and wrap the result "
+    "with DeviceTokens.from_combine(ids, vocab_size=...)."
+)
 
 
 @final
@@ -296,6 +301,8 @@ class DeviceTokens:
         cls, host: HostTokens, device: torch.device | str, *, vocab_size: int
     ) -> DeviceTokens:
         """Upload entirely fresh host ids; refuses (naming the rows) if any position is stale."""
+        if host.has_stale:
+            host._raise_stale(host._stale_positions, "ids (in DeviceTokens.from_host)", _FROM_HOST_FIX)
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             raise ConfigError(
                 f"DeviceTokens.from_host: device={str(device)!r} but CUDA is not available in this "

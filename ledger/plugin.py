@@ -344,7 +344,8 @@ class LedgerPlugin:
                 pytest.fail(
                     f"red-before lost: {binding.item.id} no longer detects its bug — the test {how} under "
                     f"mutant {binding.mutant.name} ({binding.mutant.doc}). Make the test fail on the bug "
-                    f"again ({binding.item.where}).",
+                    f"again ({binding.item.where}); or, if the test is right, make the mutant reach the "
+                    f"code: a patch of module.name misses a copy taken by `from module import name`.",
                     pytrace=False,
                 )
         return result

@@ -84,7 +84,12 @@ def check_registry(
         except ConfigError:  # an engine of its own registers no factory: judge its @entry_point forwards
             targets = entry_points_in(modules)
             if not targets:
-                raise
+                raise ConfigError(
+                    f"--module {', '.join(modules)}: no registered forward is defined there, importing it "
+                    "registered no ModelFactory, and it defines no module-level @entry_point forward. "
+                    "Register a ModelFactory when the package is imported, or decorate your forwards "
+                    "with @entry_point (tokenstate.contracts) at module level."
+                ) from None
             return check_entry_points(targets, config)
     else:
         chosen = list(selected)

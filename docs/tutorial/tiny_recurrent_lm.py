@@ -102,6 +102,20 @@ def generate(
 # --8<-- [end:generate]
 
 
+# --8<-- [start:run]
+def compare_paths(factory: ModelFactory, **engine: Any) -> EngineStats:
+    """Run PROMPTS synchronously, then asynchronously; the tokens must be the same."""
+    sync_tokens, _ = generate(factory, async_scheduling=False)
+    async_tokens, stats = generate(factory, async_scheduling=True, **engine)
+    assert async_tokens == sync_tokens, "the asynchronous engine diverged"
+    return stats
+
+
+# stats = compare_paths(naive)  ->  stats.async_steps == 1, stats.fallback_steps == 7
+# compare_paths(naive, on_unhonored="refuse")  ->  raises ContractViolation
+# --8<-- [end:run]
+
+
 # --8<-- [start:lying]
 lying = ModelFactory(
     architectures=("TinyRecurrentLM",),

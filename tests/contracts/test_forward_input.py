@@ -9,9 +9,11 @@ import torch
 from tokenstate.contracts import (
     BatchLayout,
     ContractViolation,
+    DeviceTokens,
     ForwardInput,
     HostTokens,
     IndexPlan,
+    StaleHostTokensError,
     StepIndices,
 )
 
@@ -35,6 +37,17 @@ def test_device_tokens_required_iff_a_row_is_stale(step):
     fresh = HostTokens.fresh(step.real_ids, step.qsl, step.slots)
     inp = dataclasses.replace(step.forward_input(), host_tokens=fresh, device_tokens=None)
     assert inp.embedding_ids().tolist() == step.real_ids.tolist()
+
+
+def test_missing_and_refused_device_tokens_name_from_combine(step):
+    """An engine of one's own has no runtime combine step to be sent to: both refusals name the
+    constructor to call (DeviceTokens.from_combine), not a forward's fix."""
+    with pytest.raises(ContractViolation, match=r"DeviceTokens\.from_combine\(ids, vocab_size=\.\.\.\)"):
+        step.forward_input(with_device=False)
+    stale = step.forward_input().host_tokens
+    with pytest.raises(StaleHostTokensError, match=r"from_host\).*rows \[1\].*DeviceTokens\.from_combine") as info:
+        DeviceTokens.from_host(stale, "cpu", vocab_size=64)
+    assert "in the forward" not in str(info.value)
 
 
 def test_forward_input_is_frozen(step):

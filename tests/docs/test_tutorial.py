@@ -53,11 +53,13 @@ def test_step2_host_id_forward_falls_back_and_stays_correct(
     tokens, stats = tutorial.generate(tutorial.naive, async_scheduling=True)
     assert tokens == sync_tokens
     assert stats.fallback_steps > 0, "decode steps of a forward that did not opt in must fall back"
+    stats = tutorial.compare_paths(tutorial.naive)  # the page's own comparison, and its comment
+    assert (stats.async_steps, stats.fallback_steps) == (1, 7)
 
 
 def test_step2_refuse_policy_names_the_model(tutorial: ModuleType) -> None:
     with pytest.raises(ContractViolation, match=r"'TinyRecurrentLM'.*honors_device_token_ids=True"):
-        tutorial.generate(tutorial.naive, async_scheduling=True, on_unhonored="refuse")
+        tutorial.compare_paths(tutorial.naive, on_unhonored="refuse")
 
 
 def test_step3_false_promise_is_refused_on_the_first_async_decode(tutorial: ModuleType) -> None:

@@ -143,3 +143,16 @@ def test_a_package_without_factories_has_its_entry_point_forwards_checked(monkey
     finally:
         for name in [m for m in sys.modules if m == "my_engine" or m.startswith("my_engine.")]:
             del sys.modules[name]
+
+
+def test_a_package_with_neither_factories_nor_entry_points_names_both_routes(tmp_path, monkeypatch, capsys) -> None:
+    """Nothing to check: the error names the two ways a package offers forwards to the checker."""
+    (tmp_path / "empty_engine").mkdir()
+    (tmp_path / "empty_engine" / "__init__.py").write_text("def forward(model, inp):\n    return None\n")
+    monkeypatch.chdir(tmp_path)
+    try:
+        assert main_check(["--module", "empty_engine"]) == 2
+        err = capsys.readouterr().err
+        assert "registered no ModelFactory" in err and "@entry_point" in err
+    finally:
+        sys.modules.pop("empty_engine", None)
