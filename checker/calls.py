@@ -548,9 +548,10 @@ class CallMixin:
         """The generated ``__init__``'s parameters of a dataclass or ``typing.NamedTuple`` class, in
         order: the annotated names of its record bases first (a redefined field keeps its place),
         ``ClassVar`` left out, an ``InitVar`` a parameter only, ``field(init=False)`` a field only,
-        names after ``_: KW_ONLY`` keyword-only. ``None`` for any other class."""
+        names after ``_: KW_ONLY`` keyword-only; a plain subclass inherits its bases' generated
+        ``__init__``. ``None`` for any other class."""
         chain = [k for k in reversed(self.mro(cls)) if isinstance(k, ClassInfo) and _is_record_class(k, self.mro(k))]
-        if not chain or chain[-1] is not cls:
+        if not chain:
             return None
         fields: dict[str, RecordField] = {}
         for klass in chain:

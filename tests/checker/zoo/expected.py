@@ -290,6 +290,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.records", "named_tuple_index_carries_host_tokens"): ("ignores", "a step record built as engines build them"),
     ("czoo.records", "named_tuple_unpacked_carries_host_tokens"): ("ignores", "a step record built as engines build them"),
     ("czoo.records", "named_tuple_carries_the_embedding_ids"): ("honors", "a step record built as engines build them"),
+    ("czoo.records", "plain_subclass_of_a_dataclass_carries_host_tokens"): ("ignores", "a step record built as engines build them"),
 }
 
 # The forwards whose model class comes from their factory's build function.

@@ -52,6 +52,10 @@ class InitVarMeta:
         self.ids = inp.host_tokens.ids
 
 
+class PlainMeta(AttnMeta):
+    """Not a dataclass itself: it inherits ``AttnMeta``'s generated ``__init__``."""
+
+
 class TupleMeta(NamedTuple):
     positions: Tensor
     tokens: object
@@ -112,4 +116,10 @@ def named_tuple_unpacked_carries_host_tokens(model: ServableLM, inp: ForwardInpu
 @entry_point
 def named_tuple_carries_the_embedding_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
     meta = TupleMeta(inp.positions, inp.host_tokens if inp.device_tokens is None else inp.device_tokens)
+    return model.logits(model.embed(meta.tokens.ids), inp)
+
+
+@entry_point
+def plain_subclass_of_a_dataclass_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    meta = PlainMeta(inp.positions, inp.host_tokens)
     return model.logits(model.embed(meta.tokens.ids), inp)
