@@ -66,6 +66,7 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         self._decorators: dict[ast.AST, tuple[tuple[str, Value], ...]] = {}
         self._class_patches: dict[ClassInfo, dict[str, str]] = {}
         self._patched_after_body: dict[ClassInfo, dict[str, ast.expr]] = {}
+        self._package_patches: dict[str, dict[ClassInfo, dict[str, tuple[ModuleInfo, ast.expr]]]] = {}
         self._sharing_attributes: dict[ClassInfo, dict[str, frozenset[str]]] = {}
         self._sharing_globals: dict[str, dict[str, frozenset[str]]] = {}
         self._decorating: set[ast.AST] = set()  # defs whose decorators are being applied

@@ -242,6 +242,9 @@ class ResolverMixin:
             patched = self.patched_after_body(klass).get(name)
             if patched is not None:  # Class.name = value at module level: it replaced the body's
                 return self.eval(self.module_frame(self.class_module(klass)), patched), klass
+            elsewhere = self.patched_by_other_modules(klass).get(name)
+            if elsewhere is not None:  # patches.py: modeling.Class.name = value, run on import
+                return self.eval(self.module_frame(elsewhere[0]), elsewhere[1]), klass
             for stmt in klass.node.body:
                 if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == name:
                     qualname = f"{klass.qualname}.{name}"
@@ -282,6 +285,48 @@ class ResolverMixin:
                         and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str)):
                     found[args[1].value] = args[2]
         return found
+
+    def patched_by_other_modules(self: Analyzer, cls: ClassInfo) -> dict[str, tuple[ModuleInfo, ast.expr]]:
+        """Members of ``cls`` that a top-level statement of another module replaces, where that
+        module is one its package imports when it is imported (``patches.py`` doing
+        ``modeling.Model.token_ids = fast_token_ids``, as liger-kernel and unsloth patch
+        transformers): each with the patching module, where its value is evaluated."""
+        top = cls.module.partition(".")[0]
+        patches = self._package_patches.get(top)
+        if patches is None:
+            patches = self._package_patches[top] = {}  # filled below; a lookup from inside sees none yet
+            for info in self.imported_with_the_package(top):
+                frame = self.module_frame(info)
+                for stmt in _run_at_import(info.tree.body):
+                    for owner, name, value in _class_member_writes(stmt):
+                        patched = self.eval(frame, owner)
+                        if isinstance(patched, ClassRef) and patched.info.module != info.name:
+                            patches.setdefault(patched.info, {})[name] = (info, value)
+        return patches.get(cls, {})
+
+    def imported_with_the_package(self: Analyzer, top: str) -> list[ModuleInfo]:
+        """The modules of package ``top`` that importing it imports: its ``__init__`` and, from
+        there, every module-level import inside the package (not under ``if TYPE_CHECKING:``),
+        up to :data:`MAX_IMPORTED_MODULES` of them."""
+        found: dict[str, ModuleInfo] = {}
+        queue, tried = [top], set()
+        while queue and len(found) < MAX_IMPORTED_MODULES:
+            name = queue.pop(0)
+            if name in tried:
+                continue
+            tried.add(name)
+            info = self.load_module(name)
+            if not isinstance(info, ModuleInfo):
+                continue
+            found[name] = info
+            for stmt in _run_at_import(info.tree.body):
+                if isinstance(stmt, ast.Import):
+                    queue += [a.name for a in stmt.names if a.name.partition(".")[0] == top]
+                elif isinstance(stmt, ast.ImportFrom):
+                    source = info.resolve_relative(stmt.module, stmt.level)
+                    if source.partition(".")[0] == top:  # `from pkg import patches` may name a module
+                        queue += [source, *(f"{source}.{a.name}" for a in stmt.names if a.name != "*")]
+        return list(found.values())
 
     def module_constant(self: Analyzer, module: str, name: str) -> str | None:
         """The string literal a module-level ``NAME = "..."`` binds, where that is the module's only
@@ -406,3 +451,40 @@ def _c3_merge(sequences: list[list[ClassInfo | External]]) -> list[ClassInfo | E
         pending = [[c for c in seq if _key(c) != head] for seq in pending]
         pending = [seq for seq in pending if seq]
     return merged
+
+
+MAX_IMPORTED_MODULES = 64
+"""How many modules of a class's package are read for patches of its members (the package's import
+closure; a large library's own modules are not patched by its own import)."""
+
+
+def _run_at_import(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The top-level statements of a module body that importing it runs: into ``if``/``try``/``with``
+    blocks, except the ``if TYPE_CHECKING:`` ones."""
+    out: list[ast.stmt] = []
+    for stmt in body:
+        if isinstance(stmt, ast.If):
+            test = stmt.test
+            if (test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)) == "TYPE_CHECKING":
+                out += _run_at_import(stmt.orelse)
+            else:
+                out += _run_at_import(stmt.body) + _run_at_import(stmt.orelse)
+        elif isinstance(stmt, ast.Try):
+            out += _run_at_import(stmt.body) + _run_at_import(stmt.orelse) + _run_at_import(stmt.finalbody)
+        elif isinstance(stmt, ast.With):
+            out += _run_at_import(stmt.body)
+        else:
+            out.append(stmt)
+    return out
+
+
+def _class_member_writes(stmt: ast.stmt) -> list[tuple[ast.expr, str, ast.expr]]:
+    """``(owner, name, value)`` for ``owner.name = value`` and ``setattr(owner, "name", value)``."""
+    if isinstance(stmt, ast.Assign):
+        return [(t.value, t.attr, stmt.value) for t in stmt.targets if isinstance(t, ast.Attribute)]
+    if isinstance(stmt, ast.Expr) and isinstance(call := stmt.value, ast.Call):
+        args = call.args
+        if (isinstance(call.func, ast.Name) and call.func.id == "setattr" and len(args) == 3
+                and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str)):
+            return [(args[0], args[1].value, args[2])]
+    return []

@@ -1072,3 +1072,12 @@ def _without_post_init(class_member):
     def member(self, cls, name, after=None):
         return None if name == "__post_init__" else class_member(self, cls, name, after)
     return member
+
+
+@mutant(
+    "RCK-73/patches-from-other-modules-unseen",
+    doc="A class member replaced at the top level of another module the package imports "
+    "(`modeling.Model.token_ids = fast_token_ids` in `patches.py`) is not seen: the body's member is used.",
+)
+def patches_from_other_modules_unseen(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "patched_by_other_modules", lambda self, cls: {})

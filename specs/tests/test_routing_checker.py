@@ -82,6 +82,7 @@ from .routing_checker_mutants import (
     only_embedding_sinks_count,
     only_is_none_guards,
     only_suppress_swallows,
+    patches_from_other_modules_unseen,
     raised_tokens_dropped,
     records_built_from_their_own_annotations,
     registries_indexed_as_data,
@@ -540,3 +541,8 @@ def test_a_modules_global_written_through_the_module_object_is_kept():
 @pytest.mark.paid("RCK-72", before=records_built_from_their_own_annotations)
 def test_a_step_record_holds_what_its_generated_init_and_post_init_give_it():
     assert_zoo("a step record built as engines build them", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-73", before=patches_from_other_modules_unseen)
+def test_a_method_patched_by_another_module_of_the_package_is_the_patch():
+    assert_zoo("a method patched by another module of the package", {"honors", "ignores"})

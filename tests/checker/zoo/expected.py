@@ -291,6 +291,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.records", "named_tuple_unpacked_carries_host_tokens"): ("ignores", "a step record built as engines build them"),
     ("czoo.records", "named_tuple_carries_the_embedding_ids"): ("honors", "a step record built as engines build them"),
     ("czoo.records", "plain_subclass_of_a_dataclass_carries_host_tokens"): ("ignores", "a step record built as engines build them"),
+    ("czoo.patched_models", "a_method_patched_to_read_host_ids"): ("ignores", "a method patched by another module of the package"),
+    ("czoo.patched_models", "a_method_patched_to_read_device_ids"): ("honors", "a method patched by another module of the package"),
 }
 
 # The forwards whose model class comes from their factory's build function.

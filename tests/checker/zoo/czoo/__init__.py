@@ -7,6 +7,7 @@ Each module shows one routing pattern in an honouring and an ignoring variant; t
 live in tests/checker/zoo/expected.py.
 """
 
+from czoo import model_patches  # noqa: F401  (patches czoo.patched_models when imported)
 from czoo.helpers import embed_ids as reexported_embed, host_ids_of as reexported_host_ids
 
 __all__ = ["reexported_embed", "reexported_host_ids"]
