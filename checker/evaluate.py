@@ -228,15 +228,19 @@ class ExprMixin:
             frame.fresh, frame.narrow = saved
 
     def comprehension(self: Analyzer, frame: Frame, generators: list[ast.comprehension], elt: ast.expr) -> Value:
-        saved = dict(frame.env)
+        """The element of a comprehension, evaluated where its filters hold: ``[... for r in rows
+        if r not in stale]`` is a guard, as the same test in a conditional expression is."""
+        saved, facts_before = dict(frame.env), (frame.fresh, frame.narrow)
         try:
             for gen in generators:
                 self.assign(frame, gen.target, element_of(self.eval(frame, gen.iter)))
                 for cond in gen.ifs:
                     self.eval(frame, cond)
+                    self.with_facts(frame, self.guard(frame, cond)[0])
             return self.eval(frame, elt)
         finally:
             frame.env = saved
+            frame.fresh, frame.narrow = facts_before
 
     def lookup_name(self: Analyzer, frame: Frame, name: str, node: ast.AST) -> Value:
         if frame.default_cells and name in frame.default_cells and frame.default_cells[name] in frame.published:

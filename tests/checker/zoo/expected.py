@@ -143,6 +143,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.freshness", "getattr_device_ids_or_none_inverted"): ("ignores", "EAFP and getattr defaults on the device tokens"),
     ("czoo.freshness", "host_ids_of_fresh_rows_only"): ("honors", "per-row stale tests and rebuilt inputs"),
     ("czoo.freshness", "host_ids_of_stale_rows"): ("ignores", "per-row stale tests and rebuilt inputs"),
+    ("czoo.freshness", "fresh_rows_by_a_comprehension_filter"): ("honors", "per-row stale tests and rebuilt inputs"),
+    ("czoo.freshness", "stale_rows_by_a_comprehension_filter"): ("ignores", "per-row stale tests and rebuilt inputs"),
     ("czoo.freshness", "replaced_input_keeps_its_tokens"): ("honors", "per-row stale tests and rebuilt inputs"),
     ("czoo.freshness", "replaced_input_without_its_device_tokens"): ("unknown", "per-row stale tests and rebuilt inputs"),
     ("czoo.decorators", "wrapper_reads_host_ids"): ("ignores", "analysed decorators"),

@@ -202,6 +202,22 @@ def host_ids_of_stale_rows(model: ServableLM, inp: ForwardInput) -> Tensor:
 
 
 @entry_point
+def fresh_rows_by_a_comprehension_filter(model: ServableLM, inp: ForwardInput) -> Tensor:
+    stale_rows = inp.host_tokens.stale_rows
+    fresh = [inp.host_tokens.row_ids(r) for r in range(inp.num_rows) if r not in stale_rows]
+    assert sum(int(ids.numel()) for ids in fresh) <= inp.num_tokens
+    return model.logits(model.embed(inp.embedding_ids()), inp)
+
+
+@entry_point
+def stale_rows_by_a_comprehension_filter(model: ServableLM, inp: ForwardInput) -> Tensor:
+    stale_rows = inp.host_tokens.stale_rows
+    spliced = [inp.host_tokens.row_ids(r) for r in range(inp.num_rows) if r in stale_rows]
+    assert sum(int(ids.numel()) for ids in spliced) <= inp.num_tokens
+    return model.logits(model.embed(inp.embedding_ids()), inp)
+
+
+@entry_point
 def replaced_input_keeps_its_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
     inp = dataclasses.replace(inp, positions=inp.positions.clone())
     return model.logits(model.embed(inp.embedding_ids()), inp)
