@@ -269,6 +269,15 @@ class CallMixin:
             if names is not None and len(names) == 1:  # setattr(obj, "name", v): the assignment it spells
                 self.assign(frame, ast.Attribute(value=node.args[0], attr=names[0], ctx=ast.Store()), args[2])
                 return OPAQUE
+            if isinstance(args[0], Instance) and _holds_an_object(args[2]):
+                self.replace_some_submodule(frame, node.args[0], args[0], args[2], node)
+                return OPAQUE
+        if isinstance(func, Bound) and func.name == "apply" and isinstance(func.base, Instance) and len(args) == 1 and is_code(args[0]):
+            # model.apply(fn), nn.Module's: fn is called on every submodule, then on the model
+            model = func.base
+            for module in (*(v for _, v in self.current(frame, model).fields if isinstance(v, Instance)), model):
+                self.call(frame, args[0], (self.current(frame, module),), (), node)
+            return model
         if (
             isinstance(node.func, ast.Attribute) and node.func.attr in NAMED_SETTERS and len(node.args) >= 2
             and isinstance(self.eval(frame, node.func.value), Instance)
@@ -543,6 +552,14 @@ class CallMixin:
         elif args and any(isinstance(k, External) and k.dotted.startswith("builtins.") for k in self.mro(cls)):
             fields = {"args": Seq(args, join(*args))}  # class Carry(Exception): BaseException keeps .args
         return Instance(cls, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
+
+    def replace_some_submodule(self: Analyzer, frame: Frame, target: ast.expr, obj: Instance, value: Value, node: ast.AST) -> None:
+        """``setattr(module, name, Wrapper(child))`` with a computed name, as a module-replacement
+        pass writes it (``for name, child in module.named_children(): ...``): each submodule
+        ``module`` holds may now be ``value`` instead."""
+        for name, held in self.current(frame, obj).fields:
+            if isinstance(held, Instance):
+                self.assign(frame, ast.Attribute(value=target, attr=name, ctx=ast.Store()), join(held, value))
 
     def record_fields(self: Analyzer, cls: ClassInfo) -> list[RecordField] | None:
         """The generated ``__init__``'s parameters of a dataclass or ``typing.NamedTuple`` class, in
@@ -839,6 +856,12 @@ def _binds_otherwise(site: ast.AST, name: str, func: ast.AST) -> bool:
     if isinstance(site, ast.Global | ast.Nonlocal):
         return name in site.names
     return False
+
+
+def _holds_an_object(value: Value) -> bool:
+    """Whether ``value`` is (or may be) an instance of an analysed class: a module put in place of
+    another."""
+    return any(isinstance(v, Instance) for v in getattr(value, "options", (value,)))
 
 
 class RecordField(NamedTuple):

@@ -1081,3 +1081,12 @@ def _without_post_init(class_member):
 )
 def patches_from_other_modules_unseen(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "patched_by_other_modules", lambda self, cls: {})
+
+
+@mutant(
+    "RCK-74/replacement-passes-unseen",
+    doc="A `setattr(module, name, wrapper)` with a computed name changes nothing the checker sees: "
+    "the submodules a module-replacement pass (`model.apply(fn)`) swaps keep their `__init__` values.",
+)
+def replacement_passes_unseen(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "replace_some_submodule", lambda self, frame, target, obj, value, node: None)

@@ -87,6 +87,7 @@ from .routing_checker_mutants import (
     records_built_from_their_own_annotations,
     registries_indexed_as_data,
     replaced_init_followed_and_constants_unread,
+    replacement_passes_unseen,
     rows_and_replaced_inputs_unseen,
     single_dispatch_is_a_plain_decorator,
     stale_row_tests_are_not_values,
@@ -546,3 +547,8 @@ def test_a_step_record_holds_what_its_generated_init_and_post_init_give_it():
 @pytest.mark.paid("RCK-73", before=patches_from_other_modules_unseen)
 def test_a_method_patched_by_another_module_of_the_package_is_the_patch():
     assert_zoo("a method patched by another module of the package", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-74", before=replacement_passes_unseen)
+def test_submodules_a_replacement_pass_swaps_are_the_wrappers():
+    assert_zoo("submodules replaced by a module-replacement pass", {"honors", "ignores"})

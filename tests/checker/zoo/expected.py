@@ -295,6 +295,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.records", "plain_subclass_of_a_dataclass_carries_host_tokens"): ("ignores", "a step record built as engines build them"),
     ("czoo.patched_models", "a_method_patched_to_read_host_ids"): ("ignores", "a method patched by another module of the package"),
     ("czoo.patched_models", "a_method_patched_to_read_device_ids"): ("honors", "a method patched by another module of the package"),
+    ("czoo.replaced_modules", "submodules_swapped_to_host_ids_by_apply"): ("ignores", "submodules replaced by a module-replacement pass"),
+    ("czoo.replaced_modules", "submodules_swapped_to_device_ids_by_apply"): ("honors", "submodules replaced by a module-replacement pass"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -332,6 +334,8 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.kept_by_name", "a_submodule_re_registered_by_add_module"): ("czoo.kept_by_name", "build_re_registering"),
     ("czoo.kept_by_name", "a_submodule_replaced_in_the_modules_table"): ("czoo.kept_by_name", "build_modules_table"),
     ("czoo.kept_by_name", "a_submodule_re_registered_with_device_ids"): ("czoo.kept_by_name", "build_kept_device_source"),
+    ("czoo.replaced_modules", "submodules_swapped_to_host_ids_by_apply"): ("czoo.replaced_modules", "build_swapped_to_host"),
+    ("czoo.replaced_modules", "submodules_swapped_to_device_ids_by_apply"): ("czoo.replaced_modules", "build_swapped_to_device"),
     ("czoo.views", "numpy_view_of_a_nested_buffer_filled_on_fresh_steps"): ("czoo.views", "build_nested_view"),
     ("czoo.views", "ravel_view_filled_on_fresh_steps"): ("czoo.views", "build_numpy_staged"),
     ("czoo.views", "np_copyto_on_fresh_steps"): ("czoo.views", "build_numpy_staged"),

@@ -1,0 +1,68 @@
+"""Submodules replaced after construction by a module-replacement pass, as LoRA and quantisation
+libraries replace them: ``model.apply(fn)`` where ``fn`` walks ``named_children()`` and
+``setattr``s a wrapper under each child's (computed) name.
+
+The wrapper is what the forward calls: one that reads host ids is a finding, though the module
+``__init__`` built read device ids.
+"""
+
+import torch
+from torch import Tensor, nn
+
+from czoo.servable import ServableLM
+from tokenstate.contracts import ForwardInput, entry_point
+
+
+class DeviceIds(nn.Module):
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class HostIds(DeviceIds):
+    """The replacement: reads the host buffer."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return inp.host_tokens.ids
+
+
+class WithIdsSource(ServableLM):
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.ids_source = DeviceIds()
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return self.logits(self.embed(self.ids_source(inp)), inp)
+
+
+def swap_to_host_ids(module: nn.Module) -> None:
+    for name, child in list(module.named_children()):
+        if isinstance(child, DeviceIds):
+            setattr(module, name, HostIds())
+
+
+def swap_to_device_ids(module: nn.Module) -> None:
+    for name, child in list(module.named_children()):
+        if isinstance(child, DeviceIds):
+            setattr(module, name, DeviceIds())
+
+
+def build_swapped_to_host(config: dict, *, device: torch.device, seed: int) -> WithIdsSource:
+    model = WithIdsSource(config)
+    model.apply(swap_to_host_ids)
+    return model.to(device)
+
+
+def build_swapped_to_device(config: dict, *, device: torch.device, seed: int) -> WithIdsSource:
+    model = WithIdsSource(config)
+    model.apply(swap_to_device_ids)
+    return model.to(device)
+
+
+@entry_point
+def submodules_swapped_to_host_ids_by_apply(model: WithIdsSource, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def submodules_swapped_to_device_ids_by_apply(model: WithIdsSource, inp: ForwardInput) -> Tensor:
+    return model(inp)
