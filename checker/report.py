@@ -115,6 +115,18 @@ class EntryResult:
             )
         return None
 
+    @property
+    def note(self) -> str | None:
+        """Something to look at that is not a finding: a forward declared honouring in which the
+        checker found no embedding of token ids at all. A forward that embeds none (pooling over
+        positions) is fine; one that does embed ids does it in a way the checker does not see."""
+        if self.verdict is Verdict.INERT and self.declared is True:
+            return (
+                "declared honouring, but no route embeds token ids: right for a forward that embeds "
+                "none; if this one does, the checker cannot see how (run `tokenstate gate` on it)."
+            )
+        return None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "entry": self.entry,
@@ -124,6 +136,7 @@ class EntryResult:
             "declared": self.declared,
             "verdict": self.verdict.value,
             "finding": self.finding,
+            "note": self.note,
             "routes": [r.to_json() for r in self.routes],
         }
 
@@ -160,5 +173,7 @@ class CheckReport:
                 lines.append(f"    {r.finding}")
                 shown = [x for x in r.routes if x.kind != "honors"] or r.routes
                 lines += [f"    route: {route.render()}" for route in shown]
+            elif r.note:
+                lines.append(f"    note: {r.note}")
         lines.append(f"{len(self.results)} entry point(s) checked, {len(self.findings)} finding(s).")
         return "\n".join(lines)

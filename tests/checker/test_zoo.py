@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tokenstate.checker import CheckReport, Verdict
+from tokenstate.checker import CheckReport, EntryResult, Verdict
 
 # Pattern families the issue names; each must appear in an honouring and an ignoring variant.
 FAMILIES = {
@@ -81,8 +81,8 @@ def test_json_report_is_stable_and_complete(zoo) -> None:
     payload = json.loads(first)
     assert payload["entry_points"] == len(zoo.expected)
     row = next(r for r in payload["results"] if r["entry"] == "czoo.calls.via_host_helper")
-    assert set(row) == {"entry", "function", "file", "line", "declared", "verdict", "finding", "routes"}
-    assert row["verdict"] == "ignores" and row["finding"]
+    assert set(row) == {"entry", "function", "file", "line", "declared", "verdict", "finding", "note", "routes"}
+    assert row["verdict"] == "ignores" and row["finding"] and row["note"] is None
     assert row["routes"][0]["chain"][-1] == {"function": "czoo.helpers.embed_ids", "file": "czoo/helpers.py", "line": sink_line}
 
 
@@ -114,3 +114,15 @@ def test_unknown_routes_name_the_code_out_of_sight(zoo_report: CheckReport) -> N
     assert "handed to torch.utils.checkpoint.checkpoint" in by_entry["czoo.compiled.checkpointed_embedding"].routes[0].source
     assert "module name computed at run time" in by_entry["czoo.imports.import_module_computed"].routes[0].source
     assert "filled at run time" in by_entry["czoo.dispatch.dict_filled_at_run_time"].routes[0].source
+
+
+def test_a_declared_forward_that_embeds_nothing_gets_a_note_not_a_finding() -> None:
+    """Inert is right for a forward that embeds no ids, so it is no finding; declared honouring, it
+    may also be an embedding the checker does not see, which the report says."""
+    inert = EntryResult("pool", "pool", "m.py", 3, True, Verdict.INERT)
+    undeclared = EntryResult("pool", "pool", "m.py", 3, None, Verdict.INERT)
+    assert inert.finding is None and "no route embeds token ids" in (inert.note or "")
+    assert undeclared.note is None and EntryResult("f", "f", "m.py", 3, True, Verdict.HONORS).note is None
+    text = CheckReport([inert]).render()
+    assert "[ok] pool: inert (declared honors)" in text and "    note: declared honouring" in text
+    assert text.endswith("1 entry point(s) checked, 0 finding(s).")
