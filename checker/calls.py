@@ -530,6 +530,9 @@ class CallMixin:
         if func.bound is not None and (func.bound == frame.self_value or func.bound in frame.self_aliases):
             for name, value in summary.self_writes:
                 frame.self_writes[name] = join(frame.self_writes.get(name), value)
+            for name, value in summary.lazy_fields:  # self._ensure_staged(): created as the callee created it
+                if name not in frame.self_writes:
+                    frame.lazy_fields.setdefault(name, value)
         elif isinstance(func.bound, Instance) and not func.info.qualname.endswith(".__init__"):
             # `model.prepare(inp)` then `model.run()`: what prepare assigned on self is seen by run
             frame.record_writes(func.bound.info, summary.self_writes)
@@ -546,7 +549,7 @@ class CallMixin:
             return member[0]
         if member is not None and isinstance(member[0], Func):
             summary = self.invoke(frame, Func(member[0].info, Instance(cls, ())), args, kwargs, node)
-            fields = dict(summary.self_writes)
+            fields = {**dict(summary.lazy_fields), **dict(summary.self_writes)}
         elif (record := self.record_fields(cls)) is not None:
             fields = self.construct_record(frame, cls, record, args, kwargs, node)
         elif args and any(isinstance(k, External) and k.dotted.startswith("builtins.") for k in self.mro(cls)):
@@ -600,6 +603,7 @@ class CallMixin:
             init_vars = tuple(given.get(f.name, OPAQUE) for f in params if not f.stored)
             receiver = Instance(cls, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
             summary = self.invoke(frame, Func(post_init[0].info, receiver), init_vars, (), node)
+            fields.update(summary.lazy_fields)
             fields.update(summary.self_writes)
         return fields
 

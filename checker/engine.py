@@ -48,7 +48,7 @@ from tokenstate.checker.values import (
 
 __all__ = ["Analyzer", "check_entry_points"]
 
-_HOST_KINDS = {"host": "ignores", "host_raw": "ignores", "host_fresh": "honors", "device": "honors"}
+_HOST_KINDS = {"host": "ignores", "host_raw": "ignores", "host_kept": "ignores", "host_fresh": "honors", "device": "honors"}
 _ORDER = {"ignores": 0, "unknown": 1, "honors": 2}
 
 
@@ -74,6 +74,7 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         # cells, which a plain read of the name consults (a ContextVar's cell, of the same name,
         # holds the scope's value, not the variable)
         self.globals_written_through_modules: set[str] = set()
+        self._reading_kept: set[ast.AST] = set()  # methods being analysed again with what they kept
         self.sink_functions: dict[str, SinkSpec] = {
             self.canonical(s.dotted): s for s in config.sinks if s.kind == "function"
         }
@@ -96,6 +97,17 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
             yielded = self.is_generator(info.node)
             if frame.return_states:  # an early `return` keeps what was written on its way
                 frame.join_exits(frame.return_states + ([] if ended else [frame.snapshot()]))
+        kept = {name: ids for name, value in frame.self_writes.items() if (ids := _possibly_stale_ids(value)) != OPAQUE}
+        if kept and isinstance(func.bound, Instance) and info.node not in self._reading_kept:
+            # The next call of this method finds those ids on its receiver: one that reads them
+            # before writing embeds an earlier step's ids on a stale step (RCK-76).
+            self._reading_kept.add(info.node)
+            try:
+                later = self.analyse(dataclasses.replace(func, bound=with_writes(func.bound, kept)), args, kwargs, published, fresh, depth)
+            finally:
+                self._reading_kept.discard(info.node)
+            for event in later.events:
+                frame.add_event(event)
         ret = join(*frame.returns) if frame.returns else OPAQUE
         if yielded and "contextmanager" not in self.decorators(func):
             ret = Seq(None, frame.yield_value or OPAQUE)  # a generator: iterating gives what it yields
@@ -111,6 +123,7 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
             frame.yield_value,
             tuple((info, tuple(writes.items())) for info, writes in frame.obj_writes.items()),
             tuple(frame.param_fills.items()),
+            tuple(frame.lazy_fields.items()),
         )
 
     def is_generator(self, node: ast.AST) -> bool:
@@ -216,8 +229,9 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         summary = self.entry_call(func, module, args)
         # The next step: the objects this one kept on the model that hand out ids
         # (``self.previous = inp.host_tokens``, the whole input) are there when the forward runs
-        # again, so a second call sees them. Ids kept are left out: read in their own step they
-        # are that step's real ids, whatever reads them later.
+        # again, so a second call sees them. Ids kept are left out here: read in their own step
+        # they are that step's real ids, whatever reads them later (a method that reads back host
+        # ids it left unwritten on a path is analysed again with them: see ``analyse``).
         kept = {
             info: {
                 name: _token_objects(stored_beyond_the_call(value))
@@ -321,11 +335,26 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
             if isinstance(part, Ids):
                 for origin in part.origins:
                     where = f" ({origin.file}:{origin.line})" if origin.file else ""
-                    fresh = " [no device ids on this path]" if origin.kind == "host_fresh" else ""
+                    fresh = {"host_fresh": " [no device ids on this path]",
+                             "host_kept": " [kept by an earlier forward call]"}.get(origin.kind, "")
                     routes.append(Route(_HOST_KINDS[origin.kind], event.hops, event.sink, f"{origin.what}{where}{fresh}"))
             elif isinstance(part, Unknown):
                 routes.append(Route("unknown", event.hops, event.sink, _describe_unknown(part)))
         return routes
+
+
+def _possibly_stale_ids(value: Value) -> Value:
+    """The host ids of ``value``, kept on the receiver at the end of a call, that a path of the
+    call left unwritten (``if not stale: self.last = host ids``: possibly an earlier step's), as
+    the next call finds them (``host_kept``; a fill in place of the buffer holding them covers them,
+    see ``without_kept_ids``). Ids the call read fresh are left out: they are that step's real ids,
+    whatever reads them later (a previous-token feature). ``OPAQUE`` if none."""
+    if isinstance(value, Ids):
+        stale = frozenset(dataclasses.replace(o, kind="host_kept") for o in value.origins if o.kind in ("host", "host_kept"))
+        return Ids(stale) if stale else OPAQUE
+    if isinstance(value, Alt):
+        return join(*(_possibly_stale_ids(o) for o in value.options))
+    return OPAQUE
 
 
 def _token_objects(value: Value) -> Value:

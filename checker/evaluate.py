@@ -376,6 +376,8 @@ class ExprMixin:
 
     def instance_attribute(self: Analyzer, frame: Frame, base: Instance, name: str, node: ast.AST) -> Value:
         own = frame.self_writes.get(name) if base == frame.self_value else None
+        if own is None and base == frame.self_value:
+            own = frame.lazy_fields.get(name)
         if own is not None:
             return own
         value = base.field(name)
@@ -392,9 +394,10 @@ class ExprMixin:
             return self.unknown(
                 frame, f"{base.info.dotted}.{name} is neither set in __init__ nor defined on the class", node
             )
-        if base == frame.self_value and frame.self_writes:
+        if base == frame.self_value and (frame.self_writes or frame.lazy_fields):
             # self.run() after self.prepare(): the callee sees what this method assigned so far
             fields = dict(base.fields)
+            fields.update(frame.lazy_fields)
             fields.update(frame.self_writes)
             base = Instance(base.info, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
             frame.self_aliases.add(base)

@@ -44,6 +44,7 @@ from tokenstate.checker.values import (
     join,
     taint,
     with_item,
+    without_kept_ids,
 )
 from tokenstate.checker.views import is_globals, shared_attributes, shared_globals, viewed
 
@@ -236,6 +237,9 @@ class StmtMixin:
                 states.append(frame.snapshot())
                 facts.append((frame.fresh, frame.narrow))
         frame.merge(states or [base])
+        created = _created_when_unset(test, frame.self_name) if not _constructing(frame) else None
+        if created is not None and created in frame.self_writes and created not in base[3]:
+            frame.lazy_fields[created] = frame.self_writes.pop(created)  # as created: see Frame.lazy_fields
         # What follows runs only after a side that falls through, with what that side learnt:
         # `if device ids are present: return ...` leaves the no-device-ids side, and so does an
         # `elif` chain whose device branch returns.
@@ -439,7 +443,7 @@ class StmtMixin:
                 frame.write_cell(cell, join(frame.published.get(cell), taint(value)))
             return
         if isinstance(expr, ast.Name | ast.Attribute):
-            self.fill_in_place(frame, expr, join(self.eval(frame, expr), taint(value)), tensor=True)
+            self.fill_in_place(frame, expr, join(without_kept_ids(self.eval(frame, expr)), taint(value)), tensor=True)
 
     def fill_in_place(self: Analyzer, frame: Frame, expr: ast.Name | ast.Attribute, value: Value, *, tensor: bool = False) -> None:
         """The object ``expr`` names — a tensor, a list, a dict — now holds ``value``, filled in
@@ -471,7 +475,7 @@ class StmtMixin:
         if tensor and isinstance(expr, ast.Name):
             if aliased is not None:  # buf = model.input_ids; buf[:n].copy_(ids): the model's buffer holds them
                 frame.aliases[expr.id] = aliased
-                self.fill_in_place(frame, aliased, join(self.eval(frame, aliased), value), tensor=True)
+                self.fill_in_place(frame, aliased, join(without_kept_ids(self.eval(frame, aliased)), value), tensor=True)
             elif frame.func is not None and expr.id in frame.params:  # a caller's tensor, filled here
                 frame.param_fills[expr.id] = join(frame.param_fills.get(expr.id), value)
 
@@ -505,7 +509,7 @@ class StmtMixin:
                 view = ast.copy_location(ast.Attribute(value=holder, attr=last, ctx=ast.Load()), expr)
                 held_by = self.eval(frame, holder) if through else owner
                 held = self.eval(frame, view) if isinstance(held_by, Instance) and self.attribute_is_set(frame, held_by, last) else None
-                self.assign(frame, view, join(held, value))
+                self.assign(frame, view, join(None if held is None else without_kept_ids(held), value))
 
     def attribute_is_set(self: Analyzer, frame: Frame, owner: Instance, name: str) -> bool:
         return owner.field(name) is not None or (owner == frame.self_value and name in frame.self_writes) or (
@@ -548,6 +552,44 @@ NAMESPACES = frozenset({"__dict__", "_modules", "_buffers", "_parameters"})
 and ``module._modules["embed"] = m`` (``nn.Module``'s own tables) are ``obj.a = v``."""
 _NESTING = 3
 """How many attributes deep a fill is matched against the paths that share its memory."""
+
+
+def _constructing(frame: Frame) -> bool:
+    """Whether ``frame`` is a constructor's (``__init__``, ``__post_init__``...), where every
+    attribute is created and an ``if self.a is None:`` default is simply what the object holds."""
+    return frame.func is not None and frame.func.qualname.rpartition(".")[2] in CONSTRUCTORS
+
+
+def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
+    """The attribute of ``receiver`` that ``test`` asks is not set yet — ``not hasattr(self, "a")``,
+    ``getattr(self, "a", None) is None``, ``self.a is None``, ``"a" not in self.__dict__`` (or
+    ``self._buffers``, ``vars(self)``) — so that the branch creates it lazily; else None."""
+    def on_receiver(node: ast.expr) -> bool:
+        return receiver is not None and isinstance(node, ast.Name) and node.id == receiver
+
+    def named(node: ast.expr) -> str | None:
+        return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(call := test.operand, ast.Call):
+        if isinstance(call.func, ast.Name) and call.func.id == "hasattr" and len(call.args) == 2 and on_receiver(call.args[0]):
+            return named(call.args[1])
+        return None
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and right.value is None:
+        if isinstance(left, ast.Attribute) and on_receiver(left.value):
+            return left.attr
+        if (isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "getattr"
+                and len(left.args) == 3 and on_receiver(left.args[0])):
+            return named(left.args[1])
+    if isinstance(op, ast.NotIn) and (name := named(left)) is not None:
+        if isinstance(right, ast.Attribute) and right.attr in NAMESPACES and on_receiver(right.value):
+            return name
+        if (isinstance(right, ast.Call) and isinstance(right.func, ast.Name) and right.func.id == "vars"
+                and len(right.args) == 1 and on_receiver(right.args[0])):
+            return name
+    return None
 
 
 def _device_pattern(pattern: ast.pattern) -> str | None:

@@ -45,6 +45,8 @@ class Summary:
     obj_writes: tuple[tuple[ClassInfo, tuple[tuple[str, Value], ...]], ...] = ()
     # what it filled in place into the objects its parameters name, by parameter name
     param_fills: tuple[tuple[str, Value], ...] = ()
+    # attributes it created lazily on its receiver (Frame.lazy_fields)
+    lazy_fields: tuple[tuple[str, Value], ...] = ()
 
 
 @dataclass
@@ -78,6 +80,10 @@ class Frame:
     # attributes assigned on other instances, joined per class (sound, coarser), as made in this call
     obj_writes: dict[ClassInfo, dict[str, Value]] = field(default_factory=dict)
     self_aliases: set[Value] = field(default_factory=set)  # the receiver, updated with self_writes
+    # attributes this call created on its receiver under a not-yet-set test (`if not hasattr(self,
+    # "staged"):`, `if self.staged is None:`): the receiver holds them as created, not as written by
+    # this call, since every later call skips the creation and finds what earlier calls left
+    lazy_fields: dict[str, Value] = field(default_factory=dict)
     # local names bound to an attribute or another name (`buf = model.input_ids`): filling one in
     # place fills what it names
     aliases: dict[str, ast.expr] = field(default_factory=dict)

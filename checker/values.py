@@ -382,6 +382,18 @@ def stored_beyond_the_call(value: Value) -> Value:
     return _with_origins(value, {"host_fresh": "host"}, tokens_fresh=False)
 
 
+def without_kept_ids(value: Value) -> Value:
+    """``value`` without the host ids an earlier forward call kept in it (``host_kept`` origins):
+    what a fill in place leaves of a buffer's old content, the part it wrote being what is read
+    (``staged[:n].copy_(ids)``, then ``staged[:n]``; the checker does not track which part)."""
+    if isinstance(value, Ids):
+        kept = frozenset(o for o in value.origins if o.kind != "host_kept")
+        return Ids(kept) if kept else OPAQUE
+    if isinstance(value, Alt):
+        return join(*(without_kept_ids(o) for o in value.options))
+    return value
+
+
 def read_without_device_ids(value: Value) -> Value:
     """Ids used on a path of this call that has no device ids: their host origins are fresh here,
     whenever they were read (the read itself, outside a guard, is reported where it happened)."""

@@ -1090,3 +1090,21 @@ def patches_from_other_modules_unseen(patch: MutantPatch) -> None:
 )
 def replacement_passes_unseen(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "replace_some_submodule", lambda self, frame, target, obj, value, node: None)
+
+
+@mutant(
+    "RCK-75/lazy-buffers-written-by-every-call",
+    doc="A buffer created under `not hasattr(self, ...)` / `is None` counts as written by every call: "
+    "a later call's path that skips the fill reads the fresh creation, not what earlier calls left.",
+)
+def lazy_buffers_written_by_every_call(patch: MutantPatch) -> None:
+    patch.setattr(execute_module, "_created_when_unset", lambda test, receiver: None)
+
+
+@mutant(
+    "RCK-76/ids-kept-start-the-next-call-unseen",
+    doc="A method is analysed once, with its receiver as built: host ids it left unwritten on a path "
+    "are not there when its next call reads them before writing.",
+)
+def ids_kept_start_the_next_call_unseen(patch: MutantPatch) -> None:
+    patch.setattr(engine_module, "_possibly_stale_ids", lambda value: OPAQUE)

@@ -63,10 +63,12 @@ from .routing_checker_mutants import (
     hook_containers_stay_as_built,
     hook_trials_count_only_reads,
     host_reads_taken_as_fresh,
+    ids_kept_start_the_next_call_unseen,
     import_module_is_data,
     in_place_writes_dropped,
     inherited_embedding_forward_is_opaque,
     kwargs_spread_dropped,
+    lazy_buffers_written_by_every_call,
     local_names_are_never_fixed,
     loop_exits_fall_through,
     match_binds_the_subject_only,
@@ -552,3 +554,13 @@ def test_a_method_patched_by_another_module_of_the_package_is_the_patch():
 @pytest.mark.paid("RCK-74", before=replacement_passes_unseen)
 def test_submodules_a_replacement_pass_swaps_are_the_wrappers():
     assert_zoo("submodules replaced by a module-replacement pass", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-75", before=lazy_buffers_written_by_every_call)
+def test_a_buffer_created_lazily_holds_what_earlier_calls_left():
+    assert_zoo("a buffer created lazily on the first call", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-76", before=ids_kept_start_the_next_call_unseen)
+def test_ids_kept_by_one_call_are_read_by_the_next_as_kept():
+    assert_zoo("ids kept by one call and read by the next before it writes them", {"inert", "ignores"})

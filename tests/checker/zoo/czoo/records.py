@@ -44,6 +44,16 @@ class HonestDerivedMeta:
 
 
 @dataclass
+class DefaultedMeta:
+    inp: ForwardInput
+    tokens: object = None
+
+    def __post_init__(self) -> None:
+        if self.tokens is None:  # a default filled in: not a buffer created lazily
+            self.tokens = self.inp.host_tokens
+
+
+@dataclass
 class InitVarMeta:
     inp: InitVar[ForwardInput]
     ids: Tensor = field(init=False)
@@ -123,3 +133,8 @@ def named_tuple_carries_the_embedding_ids(model: ServableLM, inp: ForwardInput) 
 def plain_subclass_of_a_dataclass_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
     meta = PlainMeta(inp.positions, inp.host_tokens)
     return model.logits(model.embed(meta.tokens.ids), inp)
+
+
+@entry_point
+def post_init_default_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(DefaultedMeta(inp).tokens.ids), inp)

@@ -1,0 +1,176 @@
+"""Buffers a model creates lazily, on its first forward call, and fills in place on later calls:
+``if not hasattr(self, "staged"): self.register_buffer("staged", ...)`` or ``if self.staged is
+None: self.staged = torch.zeros(...)``.
+
+Only the first call creates the buffer; every later call finds what earlier calls left in it. Host
+ids staged there on fresh steps only and embedded on every step hand a stale step an earlier step's
+ids.
+"""
+
+import torch
+from torch import Tensor
+
+from czoo.servable import ServableLM
+from tokenstate.contracts import ForwardInput, entry_point
+
+MAX_TOKENS = 4096
+
+
+class LazilyRegisteredLM(ServableLM):
+    """Registers its staging buffer on the first call; stages host ids on fresh steps only."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if not hasattr(self, "staged"):
+            self.register_buffer("staged", torch.zeros(MAX_TOKENS, dtype=torch.long), persistent=False)
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            self.staged[:n].copy_(inp.host_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+class AllocatedWhenNoneLM(ServableLM):
+    """Declares the buffer ``None`` and allocates it on the first call."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.staged: Tensor | None = None
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if self.staged is None:
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            self.staged[:n] = inp.host_tokens.ids
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+class FoundByGetattrLM(ServableLM):
+    """Looks the buffer up with a default, allocating it when missing."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if getattr(self, "staged", None) is None:
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            self.staged[:n].copy_(inp.host_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+class StagedOnEveryPathLM(ServableLM):
+    """The same lazy buffer, given device ids on the steps whose host ids are stale."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if not hasattr(self, "staged"):
+            self.register_buffer("staged", torch.zeros(MAX_TOKENS, dtype=torch.long), persistent=False)
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            self.staged[:n].copy_(inp.host_tokens.ids)
+        else:
+            self.staged[:n].copy_(inp.device_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+class EnsuredByAHelperLM(ServableLM):
+    """Creates the buffer in a helper method the forward calls first."""
+
+    def _ensure_staged(self) -> None:
+        if not hasattr(self, "staged"):
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        self._ensure_staged()
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            self.staged[:n].copy_(inp.host_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+def build_ensured_by_a_helper(config: dict, *, device: torch.device, seed: int) -> EnsuredByAHelperLM:
+    return EnsuredByAHelperLM(config).to(device)
+
+
+@entry_point
+def a_buffer_a_helper_creates_filled_on_fresh_steps(model: EnsuredByAHelperLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+def build_lazily_registered(config: dict, *, device: torch.device, seed: int) -> LazilyRegisteredLM:
+    return LazilyRegisteredLM(config).to(device)
+
+
+def build_allocated_when_none(config: dict, *, device: torch.device, seed: int) -> AllocatedWhenNoneLM:
+    return AllocatedWhenNoneLM(config).to(device)
+
+
+def build_found_by_getattr(config: dict, *, device: torch.device, seed: int) -> FoundByGetattrLM:
+    return FoundByGetattrLM(config).to(device)
+
+
+def build_staged_on_every_path(config: dict, *, device: torch.device, seed: int) -> StagedOnEveryPathLM:
+    return StagedOnEveryPathLM(config).to(device)
+
+
+@entry_point
+def a_lazily_registered_buffer_filled_on_fresh_steps(model: LazilyRegisteredLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_allocated_when_none_filled_on_fresh_steps(model: AllocatedWhenNoneLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_found_by_getattr_filled_on_fresh_steps(model: FoundByGetattrLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_lazily_registered_buffer_filled_on_every_path(model: StagedOnEveryPathLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+def fit(ids: Tensor, n: int) -> Tensor:
+    """``ids`` cut or padded to ``n`` positions (ids kept from another step have its length)."""
+    return ids[:n] if ids.shape[0] >= n else torch.cat([ids, ids[-1:].repeat(n - ids.shape[0])])
+
+
+class PreviousIdsLM(ServableLM):
+    """Embeds the ids the previous call kept, then keeps this step's host ids on fresh steps only."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.last = torch.zeros(1, dtype=torch.long)  # [1]: until the first fresh step writes it
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        out = self.logits(self.embed(fit(self.last, inp.num_tokens)), inp)
+        if not inp.has_stale_rows:
+            self.last = inp.host_tokens.ids
+        return out
+
+
+class PreviousIdsOnEveryPathLM(PreviousIdsLM):
+    """The same feature, kept on every step: device ids where the host's are stale."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        out = self.logits(self.embed(fit(self.last, inp.num_tokens)), inp)
+        self.last = inp.host_tokens.ids if not inp.has_stale_rows else inp.device_tokens.ids
+        return out
+
+
+def build_previous_ids(config: dict, *, device: torch.device, seed: int) -> PreviousIdsLM:
+    return PreviousIdsLM(config).to(device)
+
+
+def build_previous_ids_on_every_path(config: dict, *, device: torch.device, seed: int) -> PreviousIdsOnEveryPathLM:
+    return PreviousIdsOnEveryPathLM(config).to(device)
+
+
+@entry_point
+def ids_kept_on_fresh_steps_read_before_the_write(model: PreviousIdsLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def ids_kept_on_every_path_read_before_the_write(model: PreviousIdsOnEveryPathLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
