@@ -543,6 +543,12 @@ class CallMixin:
         return summary
 
     def instantiate(self: Analyzer, frame: Frame, cls: ClassInfo, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
+        new = self.class_member(cls, "__new__")
+        if new is not None and isinstance(new[0], Func) and not _builds_its_own_class(new[0].info.node):
+            return self.unknown(
+                frame, f"{new[0].info.dotted} may build an instance of another class than {cls.dotted} (a registry "
+                "of replacements, as vLLM's PluggableLayer keeps), which the checker does not follow", node,
+            )
         member = self.class_member(cls, "__init__")
         fields: dict[str, Value] = {}
         if member is not None and isinstance(member[0], Unknown):  # a class decorator replaced it
@@ -860,6 +866,23 @@ def _binds_otherwise(site: ast.AST, name: str, func: ast.AST) -> bool:
     if isinstance(site, ast.Global | ast.Nonlocal):
         return name in site.names
     return False
+
+
+def _builds_its_own_class(new: ast.AST) -> bool:
+    """Whether a ``__new__`` only hands on the class it is given: every ``return`` is
+    ``super().__new__(cls)`` (or ``object.__new__(cls)``, ``Base.__new__(cls)``) of its own first
+    parameter, never rebound."""
+    if not isinstance(new, ast.FunctionDef) or not (params := [*new.args.posonlyargs, *new.args.args]):
+        return False
+    cls = params[0].arg
+    if any(isinstance(n, ast.Name) and n.id == cls and isinstance(n.ctx, ast.Store) for n in ast.walk(new)):
+        return False
+    returns = [n for n in ast.walk(new) if isinstance(n, ast.Return)]
+    return bool(returns) and all(
+        isinstance(r.value, ast.Call) and isinstance(r.value.func, ast.Attribute) and r.value.func.attr == "__new__"
+        and r.value.args and isinstance(r.value.args[0], ast.Name) and r.value.args[0].id == cls
+        for r in returns
+    )
 
 
 def _holds_an_object(value: Value) -> bool:

@@ -34,6 +34,7 @@ from tokenstate.checker.values import (
     Unknown,
     Value,
     carries_tokens,
+    has_ids,
     join,
     taint,
 )
@@ -50,6 +51,8 @@ _PLAIN_BUILTINS = frozenset(
 _SEQ_BUILTINS = frozenset("list tuple reversed sorted iter set frozenset filter".split())
 _COPIES = frozenset({"copy.deepcopy", "copy.copy"})
 _TEXT_RUNNERS = frozenset({"builtins.eval", "builtins.exec"})
+_KERNEL_NAMESPACES = frozenset({"aten", "prims", "quantized", "mkldnn", "mkl", "onednn", "quantized_decomposed", "profiler"})
+"""``torch.ops`` namespaces of torch's own kernels: no Python of the model's runs inside them."""
 _REPLACES = frozenset({"dataclasses.replace", "copy.replace"})
 _TOKEN_FIELDS = frozenset({"host_tokens", "device_tokens"})
 """Fields of the forward input that carry the step's tokens: replaced, the input is another one."""
@@ -313,6 +316,17 @@ class ExternalMixin:
             if any(carries_tokens(v) for v in (*frame.env.values(), *args)) or self.scope_carries_tokens(frame):
                 self.unresolved(frame, text, node)
             return text
+        if (dotted.startswith("torch.ops.") and dotted.split(".")[2] not in _KERNEL_NAMESPACES
+                and any(has_ids(v) for v in frame.published.values())):
+            # torch.ops.ns.op(...): a Python function registered with torch.library (Library.impl,
+            # vLLM's direct_register_custom_op) may read the ids this call left in a module-level
+            # buffer or cell (a scope publishing the forward input or metadata hands it none itself)
+            op = self.unknown(
+                frame, f"{dotted} is a custom op whose registered implementation the checker does not follow, "
+                "called after ids were kept where it may read them (a module-level buffer or cell)", node,
+            )
+            self.unresolved(frame, op, node)
+            return op
         if dotted.startswith("builtins."):
             if name in _PLAIN_BUILTINS:
                 return OPAQUE

@@ -1108,3 +1108,29 @@ def lazy_buffers_written_by_every_call(patch: MutantPatch) -> None:
 )
 def ids_kept_start_the_next_call_unseen(patch: MutantPatch) -> None:
     patch.setattr(engine_module, "_possibly_stale_ids", lambda value: OPAQUE)
+
+
+@mutant(
+    "RCK-77/new-taken-to-build-its-class",
+    doc="Every analysed `__new__` is taken to build the class called: a layer whose `__new__` picks a "
+    "registered replacement is analysed as the class called.",
+)
+def new_taken_to_build_its_class(patch: MutantPatch) -> None:
+    patch.setattr(calls_module, "_builds_its_own_class", lambda new: True)
+
+
+@mutant(
+    "RCK-78/custom-ops-are-plain-kernels",
+    doc="Every `torch.ops` call is a kernel of torch's own: a custom op whose registered Python "
+    "implementation reads ids the forward kept in a module-level buffer is inert.",
+)
+def custom_ops_are_plain_kernels(patch: MutantPatch) -> None:
+    patch.setattr(externals_module, "_KERNEL_NAMESPACES", _EVERY_NAMESPACE)
+
+
+class _EveryNamespace(frozenset):
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+_EVERY_NAMESPACE = _EveryNamespace()

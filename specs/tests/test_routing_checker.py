@@ -43,6 +43,7 @@ from .routing_checker_mutants import (
     compiled_code_followed_as_plain,
     concatenated_lists_lose_their_elements,
     containers_filled_later_stay_empty,
+    custom_ops_are_plain_kernels,
     decorators_evaluated_at_module_level_only,
     depth_first_mro,
     descriptors_read_as_plain_attributes,
@@ -79,6 +80,7 @@ from .routing_checker_mutants import (
     module_level_class_patches_unseen,
     module_objects_written_out_of_sight,
     names_spelt_at_run_time_unseen,
+    new_taken_to_build_its_class,
     none_beside_device_tokens_dropped,
     one_level_of_star_imports,
     only_embedding_sinks_count,
@@ -564,3 +566,13 @@ def test_a_buffer_created_lazily_holds_what_earlier_calls_left():
 @pytest.mark.paid("RCK-76", before=ids_kept_start_the_next_call_unseen)
 def test_ids_kept_by_one_call_are_read_by_the_next_as_kept():
     assert_zoo("ids kept by one call and read by the next before it writes them", {"inert", "ignores"})
+
+
+@pytest.mark.paid("RCK-77", before=new_taken_to_build_its_class)
+def test_an_instance_whose_new_may_build_another_class_is_unknown():
+    assert_zoo("a class whose __new__ may build another class", {"honors", "unknown"})
+
+
+@pytest.mark.paid("RCK-78", before=custom_ops_are_plain_kernels)
+def test_a_custom_op_called_after_ids_were_kept_where_it_may_read_them_is_unknown():
+    assert_zoo("a custom op registered with torch.library", {"honors", "unknown"})

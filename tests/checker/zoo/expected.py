@@ -305,6 +305,10 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.lazy_state", "a_lazily_registered_buffer_filled_on_every_path"): ("honors", "a buffer created lazily on the first call"),
     ("czoo.lazy_state", "ids_kept_on_fresh_steps_read_before_the_write"): ("ignores", "ids kept by one call and read by the next before it writes them"),
     ("czoo.lazy_state", "ids_kept_on_every_path_read_before_the_write"): ("inert", "ids kept by one call and read by the next before it writes them"),
+    ("czoo.pluggable", "a_layer_whose_new_picks_a_replacement"): ("unknown", "a class whose __new__ may build another class"),
+    ("czoo.pluggable", "a_layer_whose_new_keeps_its_class"): ("honors", "a class whose __new__ may build another class"),
+    ("czoo.custom_ops", "a_custom_op_may_read_ids_kept_on_fresh_steps"): ("unknown", "a custom op registered with torch.library"),
+    ("czoo.custom_ops", "a_custom_op_given_nothing_of_the_ids"): ("honors", "a custom op registered with torch.library"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -351,6 +355,8 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.lazy_state", "a_lazily_registered_buffer_filled_on_every_path"): ("czoo.lazy_state", "build_staged_on_every_path"),
     ("czoo.lazy_state", "ids_kept_on_fresh_steps_read_before_the_write"): ("czoo.lazy_state", "build_previous_ids"),
     ("czoo.lazy_state", "ids_kept_on_every_path_read_before_the_write"): ("czoo.lazy_state", "build_previous_ids_on_every_path"),
+    ("czoo.pluggable", "a_layer_whose_new_picks_a_replacement"): ("czoo.pluggable", "build_pluggable"),
+    ("czoo.pluggable", "a_layer_whose_new_keeps_its_class"): ("czoo.pluggable", "build_plain_new"),
     ("czoo.views", "numpy_view_of_a_nested_buffer_filled_on_fresh_steps"): ("czoo.views", "build_nested_view"),
     ("czoo.views", "ravel_view_filled_on_fresh_steps"): ("czoo.views", "build_numpy_staged"),
     ("czoo.views", "np_copyto_on_fresh_steps"): ("czoo.views", "build_numpy_staged"),
