@@ -197,7 +197,7 @@ class LedgerPlugin:
                 items[:] = keep
 
     def _bind(self, item: pytest.Item, marks: list[pytest.Mark]) -> str | None:
-        where = item.nodeid
+        where = _test_location(item)
         if len(marks) > 1:
             return f"{where} carries {len(marks)} spec markers; a test carries exactly one item."
         mark = marks[0]
@@ -532,3 +532,9 @@ def _red_before(item: pytest.Item, mutant: Mutant) -> tuple[bool, str]:
         first = (str(exc).splitlines() or [""])[0][:160]
         return False, f"fails again without its mutant ({type(exc).__name__}: {first})"
     return True, f"failed with {failure}"
+
+
+def _test_location(item: pytest.Item) -> str:
+    """``nodeid (line N)``: the test a marker message is about, and the line its ``def`` is on."""
+    _, line, _ = item.reportinfo()
+    return item.nodeid if line is None else f"{item.nodeid} (line {line + 1})"

@@ -73,7 +73,9 @@ def _numeric_order(entry: LedgerEntry) -> tuple[str, str, int]:
 def ledger_table(ledger: Ledger, spec: str | None = None) -> Table:
     table = Table(title="tokenstate spec ledger", title_justify="left")
     for column in ("id", "spec", "state", "last result", "red-before", "mutant", "test"):
-        table.add_column(column, no_wrap=column in ("id", "state", "red-before"))
+        # a narrow terminal (80 columns, or no terminal) folds long names onto more lines: a slug,
+        # mutant or test name cut to "tiny-mod…" names nothing to look up
+        table.add_column(column, no_wrap=column in ("id", "state", "red-before"), overflow="fold")
     for entry in sorted(ledger.items, key=_numeric_order):
         if spec is not None and entry.spec != spec:
             continue

@@ -187,7 +187,7 @@ def test_an_orphan_marker_fails(pytester):
     result = pytester.runpytest()
     result.assert_outcomes(passed=2, xfailed=1, errors=1)
     result.stdout.fnmatch_lines(
-        ["*orphan marker @pytest.mark.owed('D-9') names no item of any spec*"]
+        ["*(line *): orphan marker @pytest.mark.owed('D-9') names no item of any spec*"]
     )
 
 
@@ -414,7 +414,7 @@ def test_a_marker_in_the_wrong_state_fails_the_spec_cross_check(pytester):
     tests = pytester.path / "specs" / "tests" / "test_demo.py"
     tests.write_text(tests.read_text().replace('@pytest.mark.owed("D-2")', '@pytest.mark.paid("D-2", before=harmless)'))
     result = pytester.runpytest("-p", "no:randomly")
-    result.stdout.fnmatch_lines(["*D-2 is listed under ## Owed but specs/tests/test_demo.py::test_nan_refused (@pytest.mark.paid) carries it*"])
+    result.stdout.fnmatch_lines(["*D-2 is listed under ## Owed but specs/tests/test_demo.py::test_nan_refused (line *) (@pytest.mark.paid) carries it*"])
     assert ledger(pytester)["specs"][0]["cross_check"] == "failed"
 
 

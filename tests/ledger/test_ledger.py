@@ -284,6 +284,17 @@ def test_specs_command_prints_table_and_json_and_its_status(tmp_path, capsys, mo
     assert main_specs(["--ledger", str(path), "--spec", "nope"]) == 2
 
 
+def test_specs_table_folds_long_names_on_a_narrow_terminal(tmp_path, capsys, monkeypatch):
+    """At 80 columns (or with no terminal) a slug, mutant or test name is folded, never cut."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main_specs(["--ledger", str(_ledger_file(tmp_path, red_before=True))]) == 0
+    table = capsys.readouterr().out
+    assert "…" not in table
+    body = [line.split("│")[1:-1] for line in table.splitlines() if line.startswith("│")]  # one item: one row
+    cells = ["".join(part[column].strip() for part in body) for column in range(len(body[0]))]
+    assert {"stale-host-ids", "stale-read-allowed", "test_a"} <= set(cells), cells
+
+
 def test_the_stale_host_ids_spec_lists_the_promised_items():
     (spec,) = [s for s in load_specs([REPO / "specs"]) if s.slug == "stale-host-ids"]
     ids = {item.id for item in spec.items}
