@@ -11,9 +11,9 @@ import ast
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
-from tokenstate.checker.evaluate import STATE_DUMPS, element_of, host_kind
+from tokenstate.checker.evaluate import MASK_TESTS, STALE_MASK, STATE_DUMPS, element_of, host_kind
 from tokenstate.checker.frame import RESULT_CACHES, Event, Frame, Summary, cached_cell
-from tokenstate.checker.guards import expression_path, fresh_row_fact
+from tokenstate.checker.guards import STALE_ROWS, expression_path, fresh_row_fact
 from tokenstate.checker.resolve import decorator_names
 from tokenstate.checker.values import (
     NO_KEY,
@@ -405,6 +405,8 @@ class CallMixin:
 
     def call_bound(self: Analyzer, frame: Frame, func: Bound, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
         base, name = func.base, func.name
+        if base == STALE_MASK and name in MASK_TESTS:  # inp.host_tokens.stale.any(): a stale-rows test
+            return STALE_ROWS
         if isinstance(base, Input) and name == "embedding_ids":
             return self.origin(frame, "device", "inp.embedding_ids()", node)
         host = isinstance(base, Tokens) and base.kind == "host"

@@ -65,6 +65,10 @@ __all__ = ["STALE_TESTS", "STATE_DUMPS", "ExprMixin", "element_of", "host_kind"]
 
 STALE_TESTS = frozenset({"has_stale", "stale_rows"})
 """``HostTokens`` attributes that are false (or empty) exactly when every host id is fresh."""
+STALE_MASK = Bound(Tokens("host"), "stale")
+"""``inp.host_tokens.stale``, the per-position mask: its ``any()`` is false exactly when every host id
+is fresh."""
+MASK_TESTS = frozenset({"any", "item"})
 STATE_DUMPS = frozenset({"__getstate__", "__reduce__", "__reduce_ex__"})
 """Methods that hand out an object's state: on ``HostTokens``, the raw buffer among it."""
 
@@ -310,11 +314,15 @@ class ExprMixin:
                 return self.host_read(frame, host_kind(frame, base), "inp.host_tokens.ids", node)
             if name in STALE_TESTS and base.kind == "host":  # empty / false: every host id is fresh
                 return STALE_ROWS
+            if name == "stale" and base.kind == "host":  # the [num_tokens] mask: `.any()` is the same test
+                return STALE_MASK
             if name in ("row_ids", "placeholder_buffer") or (name in STATE_DUMPS and base.kind == "host"):
                 return Bound(base, name)
             if name == "_ids" and base.kind == "host":  # the private buffer: the raw read, bypassed
                 return self.host_read(frame, "host_raw", "inp.host_tokens._ids", node)
             return OPAQUE
+        if base == STALE_MASK and name in MASK_TESTS:
+            return Bound(base, name)
         if isinstance(base, Ids | Bound | Opaque):
             # a tensor method or attribute: ids flow through it unless it is metadata
             return Bound(OPAQUE if name in METADATA_ATTRS else taint(base), name)

@@ -13,8 +13,9 @@ import ast
 from typing import TYPE_CHECKING
 
 from tokenstate.checker.calls import FORWARD_HOOKS, code_reaches_tokens, is_code, kwarg_value
-from tokenstate.checker.evaluate import element_of, host_kind
+from tokenstate.checker.evaluate import STALE_MASK, element_of, host_kind
 from tokenstate.checker.frame import Frame
+from tokenstate.checker.guards import STALE_ROWS
 from tokenstate.checker.thread_jobs import thread_job_call
 from tokenstate.checker.values import (
     OPAQUE,
@@ -302,6 +303,8 @@ class ExternalMixin:
             ids = args[spec.ids_index] if len(args) > spec.ids_index else kwarg_value(kwargs, spec.ids_keywords)
             self.sink(frame, f"{dotted}(ids)", ids or OPAQUE, node)
             return OPAQUE
+        if dotted == "torch.any" and args and args[0] == STALE_MASK:  # torch.any(inp.host_tokens.stale)
+            return STALE_ROWS
         if dotted == "contextlib.suppress":  # a manager that swallows exceptions (see may_swallow)
             return External(dotted, instance=True)
         derived = join(*(taint(v) for v in (*args, *(v for _, v in kwargs))))

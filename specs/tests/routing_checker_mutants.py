@@ -1134,3 +1134,11 @@ class _EveryNamespace(frozenset):
 
 
 _EVERY_NAMESPACE = _EveryNamespace()
+
+
+@mutant(
+    "RCK-79/stale-mask-is-data",
+    doc="`inp.host_tokens.stale` is a tensor like any other: its `any()` is no test of freshness.",
+)
+def stale_mask_is_data(patch: MutantPatch) -> None:
+    patch.setattr(evaluate_module, "STALE_MASK", Bound(Tokens("host"), "a tensor"))

@@ -94,6 +94,7 @@ from .routing_checker_mutants import (
     replacement_passes_unseen,
     rows_and_replaced_inputs_unseen,
     single_dispatch_is_a_plain_decorator,
+    stale_mask_is_data,
     stale_row_tests_are_not_values,
     stale_rows_tuple_is_data,
     star_args_get_no_input,
@@ -576,3 +577,8 @@ def test_an_instance_whose_new_may_build_another_class_is_unknown():
 @pytest.mark.paid("RCK-78", before=custom_ops_are_plain_kernels)
 def test_a_custom_op_called_after_ids_were_kept_where_it_may_read_them_is_unknown():
     assert_zoo("a custom op registered with torch.library", {"honors", "unknown"})
+
+
+@pytest.mark.paid("RCK-79", before=stale_mask_is_data)
+def test_the_stale_position_masks_any_guards_host_reads():
+    assert_zoo("the stale-position mask as a guard", {"honors", "ignores"})

@@ -137,6 +137,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.freshness", "device_tokens_kept_in_a_local"): ("honors", "device tokens or None"),
     ("czoo.freshness", "empty_stale_rows_guard"): ("honors", "stale-rows tuple as a guard"),
     ("czoo.freshness", "empty_stale_rows_guard_inverted"): ("ignores", "stale-rows tuple as a guard"),
+    ("czoo.freshness", "stale_mask_any_guard"): ("honors", "the stale-position mask as a guard"),
+    ("czoo.freshness", "stale_mask_torch_any_guard_inverted"): ("ignores", "the stale-position mask as a guard"),
     ("czoo.freshness", "attribute_error_when_no_device_ids"): ("honors", "EAFP and getattr defaults on the device tokens"),
     ("czoo.freshness", "attribute_error_from_more_than_the_device_read"): ("ignores", "EAFP and getattr defaults on the device tokens"),
     ("czoo.freshness", "getattr_device_ids_or_none"): ("honors", "EAFP and getattr defaults on the device tokens"),

@@ -141,6 +141,21 @@ def empty_stale_rows_guard_inverted(model: ServableLM, inp: ForwardInput) -> Ten
 
 
 @entry_point
+def stale_mask_any_guard(model: ServableLM, inp: ForwardInput) -> Tensor:
+    if not bool(inp.host_tokens.stale.any()):  # no stale position: every host id is fresh
+        ids = inp.host_tokens.ids
+    else:
+        ids = inp.device_tokens.ids
+    return model.logits(model.embed(ids), inp)
+
+
+@entry_point
+def stale_mask_torch_any_guard_inverted(model: ServableLM, inp: ForwardInput) -> Tensor:
+    ids = inp.host_tokens.ids if torch.any(inp.host_tokens.stale) else inp.embedding_ids()
+    return model.logits(model.embed(ids), inp)
+
+
+@entry_point
 def attribute_error_when_no_device_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
     try:  # EAFP: None.ids raises AttributeError exactly when there are no device ids
         ids = inp.device_tokens.ids
