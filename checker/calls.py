@@ -405,8 +405,8 @@ class CallMixin:
 
     def call_bound(self: Analyzer, frame: Frame, func: Bound, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
         base, name = func.base, func.name
-        if base == STALE_MASK and name in MASK_TESTS:  # inp.host_tokens.stale.any(): a stale-rows test
-            return STALE_ROWS
+        if (base == STALE_MASK and name in MASK_TESTS) or (base == STALE_ROWS and name == "item"):
+            return STALE_ROWS  # inp.host_tokens.stale.any() (.item()): a stale-rows test
         if isinstance(base, Input) and name == "embedding_ids":
             return self.origin(frame, "device", "inp.embedding_ids()", node)
         host = isinstance(base, Tokens) and base.kind == "host"
@@ -569,8 +569,14 @@ class CallMixin:
         pass writes it (``for name, child in module.named_children(): ...``): each submodule
         ``module`` holds may now be ``value`` instead."""
         for name, held in self.current(frame, obj).fields:
-            if isinstance(held, Instance):
+            if isinstance(held, Instance) and any(self.related(held.info, new) for new in _instances(value)):
                 self.assign(frame, ast.Attribute(value=target, attr=name, ctx=ast.Store()), join(held, value))
+
+    def related(self: Analyzer, held: ClassInfo, new: ClassInfo) -> bool:
+        """Whether an instance of ``new`` may be put in place of one of ``held`` by a replacement
+        pass: the two share an analysed class (``HostIds(DeviceIds)``); a LoRA wrapper of an
+        ``nn.Linear``, sharing only ``nn.Module``, is not taken to replace an embedding source."""
+        return bool({k for k in self.mro(held) if isinstance(k, ClassInfo)} & {k for k in self.mro(new) if isinstance(k, ClassInfo)})
 
     def record_fields(self: Analyzer, cls: ClassInfo) -> list[RecordField] | None:
         """The generated ``__init__``'s parameters of a dataclass or ``typing.NamedTuple`` class, in
@@ -871,20 +877,24 @@ def _binds_otherwise(site: ast.AST, name: str, func: ast.AST) -> bool:
 
 
 def _builds_its_own_class(new: ast.AST) -> bool:
-    """Whether a ``__new__`` only hands on the class it is given: every ``return`` is
-    ``super().__new__(cls)`` (or ``object.__new__(cls)``, ``Base.__new__(cls)``) of its own first
-    parameter, never rebound."""
+    """Whether a ``__new__`` only ever builds the class it is given: every ``X.__new__(...)`` it
+    calls (``super().__new__``, ``object.__new__``...) is given its own first parameter, never
+    rebound — a singleton or a per-class cache keeps its class; vLLM's ``PluggableLayer``, which
+    calls ``super().__new__(impl)`` with the class a registry names, does not."""
     if not isinstance(new, ast.FunctionDef) or not (params := [*new.args.posonlyargs, *new.args.args]):
         return False
     cls = params[0].arg
     if any(isinstance(n, ast.Name) and n.id == cls and isinstance(n.ctx, ast.Store) for n in ast.walk(new)):
         return False
-    returns = [n for n in ast.walk(new) if isinstance(n, ast.Return)]
-    return bool(returns) and all(
-        isinstance(r.value, ast.Call) and isinstance(r.value.func, ast.Attribute) and r.value.func.attr == "__new__"
-        and r.value.args and isinstance(r.value.args[0], ast.Name) and r.value.args[0].id == cls
-        for r in returns
+    return all(
+        bool(call.args) and isinstance(call.args[0], ast.Name) and call.args[0].id == cls
+        for call in ast.walk(new)
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__new__"
     )
+
+
+def _instances(value: Value) -> list[ClassInfo]:
+    return [v.info for v in getattr(value, "options", (value,)) if isinstance(v, Instance)]
 
 
 def _holds_an_object(value: Value) -> bool:

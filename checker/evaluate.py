@@ -321,7 +321,7 @@ class ExprMixin:
             if name == "_ids" and base.kind == "host":  # the private buffer: the raw read, bypassed
                 return self.host_read(frame, "host_raw", "inp.host_tokens._ids", node)
             return OPAQUE
-        if base == STALE_MASK and name in MASK_TESTS:
+        if (base == STALE_MASK and name in MASK_TESTS) or (base == STALE_ROWS and name == "item"):
             return Bound(base, name)
         if isinstance(base, Ids | Bound | Opaque):
             # a tensor method or attribute: ids flow through it unless it is metadata

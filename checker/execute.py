@@ -570,6 +570,8 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
     def named(node: ast.expr) -> str | None:
         return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):  # `self.buf is None or too small`
+        return next((name for part in test.values if (name := _created_when_unset(part, receiver)) is not None), None)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(call := test.operand, ast.Call):
         if isinstance(call.func, ast.Name) and call.func.id == "hasattr" and len(call.args) == 2 and on_receiver(call.args[0]):
             return named(call.args[1])

@@ -25,6 +25,7 @@ from tokenstate.checker.values import (
     Func,
     FuncInfo,
     GenCM,
+    Ids,
     Input,
     Instance,
     MapV,
@@ -35,7 +36,6 @@ from tokenstate.checker.values import (
     Unknown,
     Value,
     carries_tokens,
-    has_ids,
     join,
     taint,
 )
@@ -320,7 +320,7 @@ class ExternalMixin:
                 self.unresolved(frame, text, node)
             return text
         if (dotted.startswith("torch.ops.") and dotted.split(".")[2] not in _KERNEL_NAMESPACES
-                and any(has_ids(v) for v in frame.published.values())):
+                and any(_host_ids_in(v) for v in frame.published.values())):
             # torch.ops.ns.op(...): a Python function registered with torch.library (Library.impl,
             # vLLM's direct_register_custom_op) may read the ids this call left in a module-level
             # buffer or cell (a scope publishing the forward input or metadata hands it none itself)
@@ -396,3 +396,13 @@ class ExternalMixin:
         if name in ALTERNATE_CONSTRUCTORS and owner.rpartition(".")[2][:1].isupper():
             return External(owner, instance=True)  # nn.Embedding.from_pretrained(w): an nn.Embedding
         return derived
+
+
+def _host_ids_in(value: Value) -> bool:
+    """Whether ``value`` holds host ids (fresh here or not): what a custom op reading it later may
+    find stale. Device ids kept (``buf[:n].copy_(inp.embedding_ids())``) are the step's real ids."""
+    flowing = taint(value)  # what flows from it: a list's items, a container's values...
+    return any(
+        isinstance(v, Ids) and any(o.kind != "device" for o in v.origins)
+        for v in getattr(flowing, "options", (flowing,))
+    )

@@ -582,3 +582,19 @@ def test_a_custom_op_called_after_ids_were_kept_where_it_may_read_them_is_unknow
 @pytest.mark.paid("RCK-79", before=stale_mask_is_data)
 def test_the_stale_position_masks_any_guards_host_reads():
     assert_zoo("the stale-position mask as a guard", {"honors", "ignores"})
+
+
+NEAR_VARIANTS = Path(__file__).resolve().parent / "owed_variants"
+"""A package of the spellings probe 46e found that the checker misses (RCK-80)."""
+
+
+@pytest.mark.owed("RCK-80")
+def test_near_variants_of_kept_and_patched_state_are_findings():
+    names = [
+        "patch_wrapping_the_original", "patched_in_a_loop", "named_tuple_read_by_iteration",
+        "lazy_buffer_behind_a_ready_flag", "swapped_over_named_modules",
+    ]
+    builds = {"swapped_over_named_modules": ("near.variants", "build_swapped")}
+    targets = [EntryTarget(n, "near.variants", n, True, *builds.get(n, (None, None))) for n in names]
+    report = check_entry_points(targets, CheckerConfig(search_paths=(NEAR_VARIANTS,), display_root=NEAR_VARIANTS))
+    assert {r.entry: r.verdict.value for r in report.results} == dict.fromkeys(names, "ignores")

@@ -138,6 +138,7 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.freshness", "empty_stale_rows_guard"): ("honors", "stale-rows tuple as a guard"),
     ("czoo.freshness", "empty_stale_rows_guard_inverted"): ("ignores", "stale-rows tuple as a guard"),
     ("czoo.freshness", "stale_mask_any_guard"): ("honors", "the stale-position mask as a guard"),
+    ("czoo.freshness", "stale_mask_any_item_guard"): ("honors", "the stale-position mask as a guard"),
     ("czoo.freshness", "stale_mask_torch_any_guard_inverted"): ("ignores", "the stale-position mask as a guard"),
     ("czoo.freshness", "attribute_error_when_no_device_ids"): ("honors", "EAFP and getattr defaults on the device tokens"),
     ("czoo.freshness", "attribute_error_from_more_than_the_device_read"): ("ignores", "EAFP and getattr defaults on the device tokens"),
@@ -300,8 +301,10 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.patched_models", "a_method_patched_to_read_device_ids"): ("honors", "a method patched by another module of the package"),
     ("czoo.replaced_modules", "submodules_swapped_to_host_ids_by_apply"): ("ignores", "submodules replaced by a module-replacement pass"),
     ("czoo.replaced_modules", "submodules_swapped_to_device_ids_by_apply"): ("honors", "submodules replaced by a module-replacement pass"),
+    ("czoo.replaced_modules", "lora_adapters_injected_by_apply"): ("honors", "submodules replaced by a module-replacement pass"),
     ("czoo.lazy_state", "a_lazily_registered_buffer_filled_on_fresh_steps"): ("ignores", "a buffer created lazily on the first call"),
     ("czoo.lazy_state", "a_buffer_allocated_when_none_filled_on_fresh_steps"): ("ignores", "a buffer created lazily on the first call"),
+    ("czoo.lazy_state", "a_buffer_allocated_when_none_or_too_small_filled_on_fresh_steps"): ("ignores", "a buffer created lazily on the first call"),
     ("czoo.lazy_state", "a_buffer_found_by_getattr_filled_on_fresh_steps"): ("ignores", "a buffer created lazily on the first call"),
     ("czoo.lazy_state", "a_buffer_a_helper_creates_filled_on_fresh_steps"): ("ignores", "a buffer created lazily on the first call"),
     ("czoo.lazy_state", "a_lazily_registered_buffer_filled_on_every_path"): ("honors", "a buffer created lazily on the first call"),
@@ -309,8 +312,10 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.lazy_state", "ids_kept_on_every_path_read_before_the_write"): ("inert", "ids kept by one call and read by the next before it writes them"),
     ("czoo.pluggable", "a_layer_whose_new_picks_a_replacement"): ("unknown", "a class whose __new__ may build another class"),
     ("czoo.pluggable", "a_layer_whose_new_keeps_its_class"): ("honors", "a class whose __new__ may build another class"),
+    ("czoo.pluggable", "a_singleton_layer_keeps_its_class"): ("honors", "a class whose __new__ may build another class"),
     ("czoo.custom_ops", "a_custom_op_may_read_ids_kept_on_fresh_steps"): ("unknown", "a custom op registered with torch.library"),
     ("czoo.custom_ops", "a_custom_op_given_nothing_of_the_ids"): ("honors", "a custom op registered with torch.library"),
+    ("czoo.custom_ops", "a_custom_op_after_device_ids_were_staged"): ("honors", "a custom op registered with torch.library"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -370,4 +375,7 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.runner_style", "a_method_rechecks_the_guard_its_caller_took"): ("czoo.runner_style", "build_runner"),
     ("czoo.views", "data_view_filled_on_fresh_steps"): ("czoo.views", "build_numpy_staged"),
     ("czoo.runner_style", "a_staging_method_called_on_both_sides_of_a_guard"): ("czoo.runner_style", "build_runner"),
+    ("czoo.pluggable", "a_singleton_layer_keeps_its_class"): ("czoo.pluggable", "build_singleton"),
+    ("czoo.replaced_modules", "lora_adapters_injected_by_apply"): ("czoo.replaced_modules", "build_with_lora"),
+    ("czoo.lazy_state", "a_buffer_allocated_when_none_or_too_small_filled_on_fresh_steps"): ("czoo.lazy_state", "build_grown_when_too_small"),
 }

@@ -47,3 +47,14 @@ def a_custom_op_may_read_ids_kept_on_fresh_steps(model: ServableLM, inp: Forward
 def a_custom_op_given_nothing_of_the_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
     torch.ops.czoo_ops.scale_positions(inp.positions)
     return model.logits(model.embed(inp.embedding_ids()), inp)
+
+
+_STAGED = torch.zeros(4096, dtype=torch.long)  # [max_tokens]: a persistent input buffer
+
+
+@entry_point
+def a_custom_op_after_device_ids_were_staged(model: ServableLM, inp: ForwardInput) -> Tensor:
+    n = inp.num_tokens
+    _STAGED[:n].copy_(inp.embedding_ids())  # the step's real ids, whatever the op reads there
+    torch.ops.czoo_ops.scale_positions(inp.positions)
+    return model.logits(model.embed(_STAGED[:n]), inp)

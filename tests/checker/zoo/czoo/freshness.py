@@ -150,6 +150,15 @@ def stale_mask_any_guard(model: ServableLM, inp: ForwardInput) -> Tensor:
 
 
 @entry_point
+def stale_mask_any_item_guard(model: ServableLM, inp: ForwardInput) -> Tensor:
+    if inp.host_tokens.stale.any().item():
+        ids = inp.device_tokens.ids
+    else:
+        ids = inp.host_tokens.ids
+    return model.logits(model.embed(ids), inp)
+
+
+@entry_point
 def stale_mask_torch_any_guard_inverted(model: ServableLM, inp: ForwardInput) -> Tensor:
     ids = inp.host_tokens.ids if torch.any(inp.host_tokens.stale) else inp.embedding_ids()
     return model.logits(model.embed(ids), inp)

@@ -44,6 +44,27 @@ class AllocatedWhenNoneLM(ServableLM):
         return self.logits(self.embed(self.staged[:n]), inp)
 
 
+class GrownWhenTooSmallLM(AllocatedWhenNoneLM):
+    """Allocates the buffer when missing or too small for the step."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        n = inp.num_tokens
+        if self.staged is None or self.staged.shape[0] < n:
+            self.staged = torch.zeros(max(n, MAX_TOKENS), dtype=torch.long)
+        if not inp.has_stale_rows:
+            self.staged[:n] = inp.host_tokens.ids
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+def build_grown_when_too_small(config: dict, *, device: torch.device, seed: int) -> GrownWhenTooSmallLM:
+    return GrownWhenTooSmallLM(config).to(device)
+
+
+@entry_point
+def a_buffer_allocated_when_none_or_too_small_filled_on_fresh_steps(model: GrownWhenTooSmallLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
 class FoundByGetattrLM(ServableLM):
     """Looks the buffer up with a default, allocating it when missing."""
 

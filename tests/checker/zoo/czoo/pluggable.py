@@ -43,6 +43,33 @@ class PlainNew(nn.Module):
         return inp.embedding_ids()
 
 
+class OneIdsSource(nn.Module):
+    """A singleton: ``__new__`` caches the one instance of its own class."""
+
+    _instance = None
+
+    def __new__(cls, *args: object, **kwargs: object) -> "OneIdsSource":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class SingletonLM(ServableLM):
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.ids_source = OneIdsSource()
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return self.logits(self.embed(self.ids_source(inp)), inp)
+
+
+def build_singleton(config: dict, *, device, seed: int) -> SingletonLM:
+    return SingletonLM(config).to(device)
+
+
 class PluggableLM(ServableLM):
     def __init__(self, config: dict | None = None) -> None:
         super().__init__(config)
@@ -76,4 +103,9 @@ def a_layer_whose_new_picks_a_replacement(model: PluggableLM, inp: ForwardInput)
 
 @entry_point
 def a_layer_whose_new_keeps_its_class(model: PlainNewLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_singleton_layer_keeps_its_class(model: SingletonLM, inp: ForwardInput) -> Tensor:
     return model(inp)

@@ -46,6 +46,29 @@ def swap_to_device_ids(module: nn.Module) -> None:
             setattr(module, name, DeviceIds())
 
 
+class LoRALinear(nn.Module):
+    """A low-rank adapter around a linear layer (what LoRA injection puts in place of each)."""
+
+    def __init__(self, base: nn.Module) -> None:
+        super().__init__()
+        self.base = base
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.base(x)
+
+
+def inject_lora(module: nn.Module) -> None:
+    for name, child in list(module.named_children()):
+        if isinstance(child, nn.Linear):
+            setattr(module, name, LoRALinear(child))
+
+
+def build_with_lora(config: dict, *, device: torch.device, seed: int) -> WithIdsSource:
+    model = WithIdsSource(config)
+    model.apply(inject_lora)
+    return model.to(device)
+
+
 def build_swapped_to_host(config: dict, *, device: torch.device, seed: int) -> WithIdsSource:
     model = WithIdsSource(config)
     model.apply(swap_to_host_ids)
@@ -65,4 +88,9 @@ def submodules_swapped_to_host_ids_by_apply(model: WithIdsSource, inp: ForwardIn
 
 @entry_point
 def submodules_swapped_to_device_ids_by_apply(model: WithIdsSource, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def lora_adapters_injected_by_apply(model: WithIdsSource, inp: ForwardInput) -> Tensor:
     return model(inp)
