@@ -10,6 +10,7 @@ ids.
 import torch
 from torch import Tensor
 
+from czoo.persistent import fit
 from czoo.servable import ServableLM
 from tokenstate.contracts import ForwardInput, entry_point
 
@@ -149,11 +150,6 @@ def a_buffer_found_by_getattr_filled_on_fresh_steps(model: FoundByGetattrLM, inp
 @entry_point
 def a_lazily_registered_buffer_filled_on_every_path(model: StagedOnEveryPathLM, inp: ForwardInput) -> Tensor:
     return model(inp)
-
-
-def fit(ids: Tensor, n: int) -> Tensor:
-    """``ids`` cut or padded to ``n`` positions (ids kept from another step have its length)."""
-    return ids[:n] if ids.shape[0] >= n else torch.cat([ids, ids[-1:].repeat(n - ids.shape[0])])
 
 
 class PreviousIdsLM(ServableLM):
