@@ -11,7 +11,7 @@ import ast
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
-from tokenstate.checker.evaluate import MASK_TESTS, STALE_MASK, STATE_DUMPS, element_of, host_kind
+from tokenstate.checker.evaluate import STATE_DUMPS, element_of, host_kind, is_stale_test
 from tokenstate.checker.frame import RESULT_CACHES, Event, Frame, Summary, cached_cell
 from tokenstate.checker.guards import STALE_ROWS, expression_path, fresh_row_fact
 from tokenstate.checker.resolve import decorator_names
@@ -269,7 +269,7 @@ class CallMixin:
             if names is not None and len(names) == 1:  # setattr(obj, "name", v): the assignment it spells
                 self.assign(frame, ast.Attribute(value=node.args[0], attr=names[0], ctx=ast.Store()), args[2])
                 return OPAQUE
-            if isinstance(args[0], Instance) and _holds_an_object(args[2]):
+            if isinstance(args[0], Instance) and _instances(args[2]):
                 self.replace_some_submodule(frame, node.args[0], args[0], args[2], node)
                 return OPAQUE
         if isinstance(func, Bound) and func.name == "apply" and isinstance(func.base, Instance) and len(args) == 1 and is_code(args[0]):
@@ -405,7 +405,7 @@ class CallMixin:
 
     def call_bound(self: Analyzer, frame: Frame, func: Bound, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
         base, name = func.base, func.name
-        if (base == STALE_MASK and name in MASK_TESTS) or (base == STALE_ROWS and name == "item"):
+        if is_stale_test(base, name):
             return STALE_ROWS  # inp.host_tokens.stale.any() (.item()): a stale-rows test
         if isinstance(base, Input) and name == "embedding_ids":
             return self.origin(frame, "device", "inp.embedding_ids()", node)
@@ -584,8 +584,11 @@ class CallMixin:
         ``ClassVar`` left out, an ``InitVar`` a parameter only, ``field(init=False)`` a field only,
         names after ``_: KW_ONLY`` keyword-only; a plain subclass inherits its bases' generated
         ``__init__``. ``None`` for any other class."""
+        if cls in self._record_fields:  # read on every construction and NamedTuple subscript
+            return self._record_fields[cls]
         chain = [k for k in reversed(self.mro(cls)) if isinstance(k, ClassInfo) and _is_record_class(k, self.mro(k))]
         if not chain:
+            self._record_fields[cls] = None
             return None
         fields: dict[str, RecordField] = {}
         for klass in chain:
@@ -599,7 +602,8 @@ class CallMixin:
                 elif kind != "classvar":
                     init = not _declared_without_init(stmt.value)
                     fields[stmt.target.id] = RecordField(stmt.target.id, init, kind != "initvar", keyword_only)
-        return list(fields.values())
+        self._record_fields[cls] = list(fields.values())
+        return self._record_fields[cls]
 
     def construct_record(
         self: Analyzer, frame: Frame, cls: ClassInfo, record: list[RecordField], args: tuple[Value, ...],
@@ -895,12 +899,6 @@ def _builds_its_own_class(new: ast.AST) -> bool:
 
 def _instances(value: Value) -> list[ClassInfo]:
     return [v.info for v in getattr(value, "options", (value,)) if isinstance(v, Instance)]
-
-
-def _holds_an_object(value: Value) -> bool:
-    """Whether ``value`` is (or may be) an instance of an analysed class: a module put in place of
-    another."""
-    return any(isinstance(v, Instance) for v in getattr(value, "options", (value,)))
 
 
 class RecordField(NamedTuple):

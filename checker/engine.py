@@ -11,7 +11,14 @@ import ast
 import dataclasses
 from collections.abc import Sequence
 
-from tokenstate.checker.calls import FORWARD_HOOK, HOST_READ, RAW_READ, SPREAD, CallMixin
+from tokenstate.checker.calls import (
+    FORWARD_HOOK,
+    HOST_READ,
+    RAW_READ,
+    SPREAD,
+    CallMixin,
+    RecordField,
+)
 from tokenstate.checker.config import CheckerConfig, SinkSpec
 from tokenstate.checker.evaluate import ExprMixin
 from tokenstate.checker.execute import StmtMixin
@@ -70,6 +77,7 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         self._sharing_attributes: dict[ClassInfo, dict[str, frozenset[str]]] = {}
         self._sharing_globals: dict[str, dict[str, frozenset[str]]] = {}
         self._decorating: set[ast.AST] = set()  # defs whose decorators are being applied
+        self._record_fields: dict[ClassInfo, list[RecordField] | None] = {}
         # module globals some call wrote through the module object (state.K = v): their scope
         # cells, which a plain read of the name consults (a ContextVar's cell, of the same name,
         # holds the scope's value, not the variable)

@@ -69,6 +69,12 @@ STALE_MASK = Bound(Tokens("host"), "stale")
 """``inp.host_tokens.stale``, the per-position mask: its ``any()`` is false exactly when every host id
 is fresh."""
 MASK_TESTS = frozenset({"any", "item"})
+
+
+def is_stale_test(base: Value, name: str) -> bool:
+    """Whether method ``name`` of ``base`` is a stale-rows test: ``inp.host_tokens.stale.any()``
+    (or ``.item()``), and ``.item()`` of such a test."""
+    return (base == STALE_MASK and name in MASK_TESTS) or (base == STALE_ROWS and name == "item")
 STATE_DUMPS = frozenset({"__getstate__", "__reduce__", "__reduce_ex__"})
 """Methods that hand out an object's state: on ``HostTokens``, the raw buffer among it."""
 
@@ -321,7 +327,7 @@ class ExprMixin:
             if name == "_ids" and base.kind == "host":  # the private buffer: the raw read, bypassed
                 return self.host_read(frame, "host_raw", "inp.host_tokens._ids", node)
             return OPAQUE
-        if (base == STALE_MASK and name in MASK_TESTS) or (base == STALE_ROWS and name == "item"):
+        if is_stale_test(base, name):
             return Bound(base, name)
         if isinstance(base, Ids | Bound | Opaque):
             # a tensor method or attribute: ids flow through it unless it is metadata

@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from tokenstate.checker.evaluate import element_of
-from tokenstate.checker.sources import ModuleInfo, SourceError
+from tokenstate.checker.sources import ModuleInfo, SourceError, top_level_statements
 from tokenstate.checker.values import (
     Cell,
     ClassInfo,
@@ -274,16 +274,9 @@ class ResolverMixin:
         for stmt in self.sources.module(cls.module).tree.body:
             if getattr(stmt, "lineno", 0) <= cls.line:
                 continue
-            if isinstance(stmt, ast.Assign):
-                for target in stmt.targets:
-                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == cls.qualname:
-                        found[target.attr] = stmt.value
-            elif isinstance(stmt, ast.Expr) and isinstance(call := stmt.value, ast.Call):
-                args = call.args
-                if (isinstance(call.func, ast.Name) and call.func.id == "setattr" and len(args) == 3
-                        and isinstance(args[0], ast.Name) and args[0].id == cls.qualname
-                        and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str)):
-                    found[args[1].value] = args[2]
+            for owner, name, value in _class_member_writes(stmt):
+                if isinstance(owner, ast.Name) and owner.id == cls.qualname:
+                    found[name] = value
         return found
 
     def patched_by_other_modules(self: Analyzer, cls: ClassInfo) -> dict[str, tuple[ModuleInfo, ast.expr]]:
@@ -297,7 +290,7 @@ class ResolverMixin:
             patches = self._package_patches[top] = {}  # filled below; a lookup from inside sees none yet
             for info in self.imported_with_the_package(top):
                 frame = self.module_frame(info)
-                for stmt in _run_at_import(info.tree.body):
+                for stmt in top_level_statements(info.tree.body, at_import=True):
                     for owner, name, value in _class_member_writes(stmt):
                         patched = self.eval(frame, owner)
                         if isinstance(patched, ClassRef) and patched.info.module != info.name:
@@ -319,7 +312,7 @@ class ResolverMixin:
             if not isinstance(info, ModuleInfo):
                 continue
             found[name] = info
-            for stmt in _run_at_import(info.tree.body):
+            for stmt in top_level_statements(info.tree.body, at_import=True):
                 if isinstance(stmt, ast.Import):
                     queue += [a.name for a in stmt.names if a.name.partition(".")[0] == top]
                 elif isinstance(stmt, ast.ImportFrom):
@@ -456,26 +449,6 @@ def _c3_merge(sequences: list[list[ClassInfo | External]]) -> list[ClassInfo | E
 MAX_IMPORTED_MODULES = 64
 """How many modules of a class's package are read for patches of its members (the package's import
 closure; a large library's own modules are not patched by its own import)."""
-
-
-def _run_at_import(body: list[ast.stmt]) -> list[ast.stmt]:
-    """The top-level statements of a module body that importing it runs: into ``if``/``try``/``with``
-    blocks, except the ``if TYPE_CHECKING:`` ones."""
-    out: list[ast.stmt] = []
-    for stmt in body:
-        if isinstance(stmt, ast.If):
-            test = stmt.test
-            if (test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)) == "TYPE_CHECKING":
-                out += _run_at_import(stmt.orelse)
-            else:
-                out += _run_at_import(stmt.body) + _run_at_import(stmt.orelse)
-        elif isinstance(stmt, ast.Try):
-            out += _run_at_import(stmt.body) + _run_at_import(stmt.orelse) + _run_at_import(stmt.finalbody)
-        elif isinstance(stmt, ast.With):
-            out += _run_at_import(stmt.body)
-        else:
-            out.append(stmt)
-    return out
 
 
 def _class_member_writes(stmt: ast.stmt) -> list[tuple[ast.expr, str, ast.expr]]:

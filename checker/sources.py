@@ -86,23 +86,30 @@ class ModuleInfo:
         return ".".join([*base, module] if module else base)
 
 
-def _top_level_statements(body: Sequence[ast.stmt]) -> list[ast.stmt]:
-    """Statements of a module body, looking into if/try/with blocks (imports often hide there)."""
+def top_level_statements(body: Sequence[ast.stmt], *, at_import: bool = False) -> list[ast.stmt]:
+    """Statements of a module body, looking into if/try/with blocks (imports often hide there).
+    ``at_import``: only what importing the module runs — not the ``if TYPE_CHECKING:`` blocks (whose
+    names still bind for annotations otherwise), and the ``finally`` blocks too."""
     out: list[ast.stmt] = []
     for stmt in body:
         if isinstance(stmt, ast.If):
-            out += _top_level_statements(stmt.body) + _top_level_statements(stmt.orelse)
+            test = stmt.test
+            checking = (test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)) == "TYPE_CHECKING"
+            blocks = [stmt.orelse] if at_import and checking else [stmt.body, stmt.orelse]
         elif isinstance(stmt, ast.Try):
-            out += _top_level_statements(stmt.body) + _top_level_statements(stmt.orelse)
+            blocks = [stmt.body, stmt.orelse, *([stmt.finalbody] if at_import else [])]
         elif isinstance(stmt, ast.With):
-            out += _top_level_statements(stmt.body)
+            blocks = [stmt.body]
         else:
             out.append(stmt)
+            continue
+        for block in blocks:
+            out += top_level_statements(block, at_import=at_import)
     return out
 
 
 def _tabulate(info: ModuleInfo) -> None:
-    for stmt in _top_level_statements(info.tree.body):
+    for stmt in top_level_statements(info.tree.body):
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             info.bindings[stmt.name] = stmt
         elif isinstance(stmt, ast.Import):
@@ -127,7 +134,7 @@ def _tabulate(info: ModuleInfo) -> None:
         if isinstance(stmt, ast.Assign | ast.AnnAssign) and isinstance(stmt.value, ast.List)
         and not stmt.value.elts
     }
-    top_level = {id(stmt) for stmt in _top_level_statements(info.tree.body)}
+    top_level = {id(stmt) for stmt in top_level_statements(info.tree.body)}
     for node in ast.walk(info.tree):
         if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:

@@ -1141,4 +1141,5 @@ _EVERY_NAMESPACE = _EveryNamespace()
     doc="`inp.host_tokens.stale` is a tensor like any other: its `any()` is no test of freshness.",
 )
 def stale_mask_is_data(patch: MutantPatch) -> None:
-    patch.setattr(evaluate_module, "STALE_MASK", Bound(Tokens("host"), "a tensor"))
+    patch.setattr(evaluate_module, "MASK_TESTS", frozenset())
+    patch.setattr(externals_module, "STALE_MASK", Bound(Tokens("host"), "a tensor"))
