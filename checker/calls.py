@@ -20,6 +20,7 @@ from tokenstate.checker.values import (
     NONE_WITHOUT_DEVICE_IDS,
     OPAQUE,
     RETURNS_SELF,
+    SUBMODULE_WALKS,
     Alt,
     Bound,
     Cell,
@@ -244,6 +245,7 @@ class CallMixin:
         for arg in node.args:
             value = self.eval(frame, arg.value if isinstance(arg, ast.Starred) else arg)
             if isinstance(arg, ast.Starred):
+                value = self.as_iterated(value)  # f(*meta): a NamedTuple's fields in order
                 args += value.items if isinstance(value, Seq) and value.items is not None else [element_of(value)]
             else:
                 args.append(value)
@@ -269,8 +271,8 @@ class CallMixin:
             if names is not None and len(names) == 1:  # setattr(obj, "name", v): the assignment it spells
                 self.assign(frame, ast.Attribute(value=node.args[0], attr=names[0], ctx=ast.Store()), args[2])
                 return OPAQUE
-            if isinstance(args[0], Instance) and _instances(args[2]):
-                self.replace_some_submodule(frame, node.args[0], args[0], args[2], node)
+            if _instances(args[0]) and _instances(args[2]):
+                self.replace_some_submodule(frame, node.args[0], args[0], args[2])
                 return OPAQUE
         if isinstance(func, Bound) and func.name == "apply" and isinstance(func.base, Instance) and len(args) == 1 and is_code(args[0]):
             # model.apply(fn), nn.Module's: fn is called on every submodule, then on the model
@@ -420,6 +422,8 @@ class CallMixin:
             return Seq(None, self.host_read(frame, "host_raw", f"inp.host_tokens.{name}()", node))
         if isinstance(base, Instance) and name in RETURNS_SELF:
             return base
+        if isinstance(base, Instance) and name in SUBMODULE_WALKS:
+            return self.submodules(frame, base, name)
         if isinstance(base, Pending):  # the future of a followed thread job
             if name == "result":
                 return base.result
@@ -564,13 +568,37 @@ class CallMixin:
             fields = {"args": Seq(args, join(*args))}  # class Carry(Exception): BaseException keeps .args
         return Instance(cls, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
 
-    def replace_some_submodule(self: Analyzer, frame: Frame, target: ast.expr, obj: Instance, value: Value, node: ast.AST) -> None:
+    def replace_some_submodule(self: Analyzer, frame: Frame, target: ast.expr, owner: Value, value: Value) -> None:
         """``setattr(module, name, Wrapper(child))`` with a computed name, as a module-replacement
         pass writes it (``for name, child in module.named_children(): ...``): each submodule
-        ``module`` holds may now be ``value`` instead."""
-        for name, held in self.current(frame, obj).fields:
-            if isinstance(held, Instance) and any(self.related(held.info, new) for new in _instances(value)):
-                self.assign(frame, ast.Attribute(value=target, attr=name, ctx=ast.Store()), join(held, value))
+        ``module`` holds may now be ``value`` instead — ``module`` any of the analysed objects
+        ``owner`` may be (``for _, module in model.named_modules():``)."""
+        objects = [o for o in getattr(owner, "options", (owner,)) if isinstance(o, Instance)]
+        for obj in objects:
+            for name, held in self.current(frame, obj).fields:
+                if isinstance(held, Instance) and any(self.related(held.info, new) for new in _instances(value)):
+                    if len(objects) == 1:
+                        self.assign(frame, ast.Attribute(value=target, attr=name, ctx=ast.Store()), join(held, value))
+                    else:
+                        frame.record_writes(obj.info, {name: join(held, value)})
+
+    def submodules(self: Analyzer, frame: Frame, model: Instance, walk: str) -> Seq:
+        """``model.modules()``, ``named_modules()`` (``model`` and every analysed object below it),
+        ``children()`` or ``named_children()`` (the ones it holds), as they are now; a ``named_``
+        walk gives ``(name, module)`` pairs."""
+        found: list[Instance] = [self.current(frame, model)] if walk in ("modules", "named_modules") else []
+        pending, seen = [(model, 0)], {model}
+        while pending:
+            inst, depth = pending.pop()
+            for _, held in self.current(frame, inst).fields:
+                for option in _held_objects(held):
+                    if option not in seen:
+                        seen.add(option)
+                        found.append(self.current(frame, option))
+                        if walk in ("modules", "named_modules") and depth < _NESTING:
+                            pending.append((option, depth + 1))
+        module = join(*found)
+        return Seq(None, Seq((OPAQUE, module), module) if walk.startswith("named_") else module)
 
     def related(self: Analyzer, held: ClassInfo, new: ClassInfo) -> bool:
         """Whether an instance of ``new`` may be put in place of one of ``held`` by a replacement
@@ -624,6 +652,15 @@ class CallMixin:
             fields.update(summary.lazy_fields)
             fields.update(summary.self_writes)
         return fields
+
+    def as_iterated(self: Analyzer, value: Value) -> Value:
+        """``value`` as iterating over it sees it (``for part in meta``, ``list(meta)``, ``f(*meta)``):
+        a ``typing.NamedTuple`` is the tuple of its fields; anything else is itself."""
+        return self.record_items(value) or value
+
+    def iterated(self: Analyzer, value: Value) -> Value:
+        """What iterating over ``value`` gives, item by item."""
+        return element_of(self.as_iterated(value))
 
     def record_items(self: Analyzer, value: Value) -> Seq | None:
         """A ``typing.NamedTuple`` instance as the tuple it is (``meta[1]``, ``a, b = meta``): its
@@ -895,6 +932,13 @@ def _builds_its_own_class(new: ast.AST) -> bool:
         for call in ast.walk(new)
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__new__"
     )
+
+
+def _held_objects(held: Value) -> list[Instance]:
+    """The analysed objects a field holds: itself, or the items of a ModuleList / ModuleDict."""
+    options = getattr(held, "options", (held,))
+    inner = [v for o in options for v in ((*(o.items or ()), o.elem) if isinstance(o, Seq) else (o.values,) if isinstance(o, MapV) else ())]
+    return [v for o in (*options, *inner) for v in getattr(o, "options", (o,)) if isinstance(v, Instance)]
 
 
 def _instances(value: Value) -> list[ClassInfo]:

@@ -32,7 +32,7 @@ from tokenstate.checker.report import (
     Route,
     Verdict,
 )
-from tokenstate.checker.resolve import ResolverMixin
+from tokenstate.checker.resolve import Patch, ResolverMixin
 from tokenstate.checker.sources import ModuleInfo, SourceError, SourceTable
 from tokenstate.checker.values import (
     OPAQUE,
@@ -72,8 +72,8 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         self._wrappers: dict[ast.AST, str | None] = {}
         self._decorators: dict[ast.AST, tuple[tuple[str, Value], ...]] = {}
         self._class_patches: dict[ClassInfo, dict[str, str]] = {}
-        self._patched_after_body: dict[ClassInfo, dict[str, ast.expr]] = {}
-        self._package_patches: dict[str, dict[ClassInfo, dict[str, tuple[ModuleInfo, ast.expr]]]] = {}
+        self._patched_after_body: dict[ClassInfo, dict[str, list[Patch]]] = {}
+        self._package_patches: dict[str, dict[ClassInfo, dict[str, list[Patch]]]] = {}
         self._sharing_attributes: dict[ClassInfo, dict[str, frozenset[str]]] = {}
         self._sharing_globals: dict[str, dict[str, frozenset[str]]] = {}
         self._decorating: set[ast.AST] = set()  # defs whose decorators are being applied
@@ -94,6 +94,15 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
                 published: dict[str, Value], fresh: bool, depth: int) -> Summary:
         info = func.info
         module = self.sources.module(info.module)
+        as_of, self._as_of = self._as_of, {}  # a function runs after every module was imported
+        try:
+            return self._analyse(func, args, kwargs, published, fresh, depth, module)
+        finally:
+            self._as_of = as_of
+
+    def _analyse(self, func: Func, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...],
+                 published: dict[str, Value], fresh: bool, depth: int, module: ModuleInfo) -> Summary:
+        info = func.info
         frame = Frame(info, module, self.config.display(info.file), {}, dict(published), fresh, depth)
         frame.closure = dict(func.closure)
         self.bind_arguments(frame, func, args, kwargs)

@@ -17,6 +17,7 @@ ids (``inp.num_tokens``, ``inp.host_tokens.stale``...) is free.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from typing import TYPE_CHECKING
 
 from tokenstate.checker.frame import Frame, class_cell, closure_cell, module_cell
@@ -32,6 +33,7 @@ from tokenstate.checker.values import (
     METADATA_ATTRS,
     OPAQUE,
     RETURNS_SELF,
+    SUBMODULE_WALKS,
     Bound,
     Cell,
     ClassInfo,
@@ -243,7 +245,7 @@ class ExprMixin:
         saved, facts_before = dict(frame.env), (frame.fresh, frame.narrow)
         try:
             for gen in generators:
-                self.assign(frame, gen.target, element_of(self.eval(frame, gen.iter)))
+                self.assign(frame, gen.target, self.iterated(self.eval(frame, gen.iter)))
                 for cond in gen.ifs:
                     self.eval(frame, cond)
                     self.with_facts(frame, self.guard(frame, cond)[0])
@@ -423,7 +425,8 @@ class ExprMixin:
             if attr in ("forward", "__call__") and self.canonical(owner) in self.sink_modules:
                 # super().forward(ids) in an nn.Embedding subclass: the inherited lookup is the sink
                 return External(owner, instance=True)
-            return Bound(receiver if isinstance(receiver, Instance) and attr in RETURNS_SELF else OPAQUE, attr)
+            kept = isinstance(receiver, Instance) and (attr in RETURNS_SELF or attr in SUBMODULE_WALKS)
+            return Bound(receiver if kept else OPAQUE, attr)
         if isinstance(member, Instance) and receiver != OPAQUE:
             getter = self.class_member(member.info, "__get__")
             if getter is not None and isinstance(getter[0], Func):  # a descriptor: its __get__ gives the value
@@ -436,8 +439,8 @@ class ExprMixin:
             return member
         if "classmethod" in decorators:
             owner = receiver.info if isinstance(receiver, Instance) else None
-            return Func(member.info, ClassRef(owner) if isinstance(owner, ClassInfo) else receiver)
-        bound = Func(member.info, receiver)
+            return dataclasses.replace(member, bound=ClassRef(owner) if isinstance(owner, ClassInfo) else receiver)
+        bound = dataclasses.replace(member, bound=receiver)  # a closure made by a decorator keeps its cells
         if "property" in decorators:
             return self.call(frame, bound, (), (), node)
         if "cached_property" in decorators:  # computed once, then kept on the instance for later calls

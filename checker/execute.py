@@ -98,7 +98,7 @@ class StmtMixin:
         elif isinstance(stmt, ast.If):
             return self.branch(frame, stmt.test, stmt.body, stmt.orelse)
         elif isinstance(stmt, ast.For | ast.AsyncFor):
-            element = element_of(self.eval(frame, stmt.iter))
+            element = self.iterated(self.eval(frame, stmt.iter))
             self.loop(frame, stmt.body, stmt.target, element)
             self.exec_block(frame, stmt.orelse)
         elif isinstance(stmt, ast.While):
@@ -239,7 +239,11 @@ class StmtMixin:
         frame.merge(states or [base])
         created = _created_when_unset(test, frame.self_name) if not _constructing(frame) else None
         if created is not None and created in frame.self_writes and created not in base[3]:
-            frame.lazy_fields[created] = frame.self_writes.pop(created)  # as created: see Frame.lazy_fields
+            # what the branch creates with it (`self.staged = ...; self._ready = True`) is created once
+            # too: each is held as created, see Frame.lazy_fields
+            for name in (created, *(n for n in _receiver_writes(body, frame.self_name) if n not in base[3])):
+                if name in frame.self_writes:
+                    frame.lazy_fields[name] = frame.self_writes.pop(name)
         # What follows runs only after a side that falls through, with what that side learnt:
         # `if device ids are present: return ...` leaves the no-device-ids side, and so does an
         # `elif` chain whose device branch returns.
@@ -562,7 +566,8 @@ def _constructing(frame: Frame) -> bool:
 
 def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
     """The attribute of ``receiver`` that ``test`` asks is not set yet — ``not hasattr(self, "a")``,
-    ``getattr(self, "a", None) is None``, ``self.a is None``, ``"a" not in self.__dict__`` (or
+    ``getattr(self, "a", None) is None``, a flag (``not self._ready``, ``not getattr(self, "_ready",
+    False)``), ``self.a is None``, ``"a" not in self.__dict__`` (or
     ``self._buffers``, ``vars(self)``) — so that the branch creates it lazily; else None."""
     def on_receiver(node: ast.expr) -> bool:
         return receiver is not None and isinstance(node, ast.Name) and node.id == receiver
@@ -572,9 +577,13 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
 
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):  # `self.buf is None or too small`
         return next((name for part in test.values if (name := _created_when_unset(part, receiver)) is not None), None)
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(call := test.operand, ast.Call):
-        if isinstance(call.func, ast.Name) and call.func.id == "hasattr" and len(call.args) == 2 and on_receiver(call.args[0]):
-            return named(call.args[1])
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        asked = test.operand
+        if isinstance(asked, ast.Attribute) and on_receiver(asked.value):  # `not self._ready`
+            return asked.attr
+        if (isinstance(asked, ast.Call) and isinstance(asked.func, ast.Name) and asked.func.id in ("hasattr", "getattr")
+                and len(asked.args) in (2, 3) and on_receiver(asked.args[0])):  # `not getattr(self, "_ready", False)`
+            return named(asked.args[1])
         return None
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return None
@@ -592,6 +601,15 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
                 and len(right.args) == 1 and on_receiver(right.args[0])):
             return name
     return None
+
+
+def _receiver_writes(body: list[ast.stmt], receiver: str | None) -> list[str]:
+    """The attributes of ``receiver`` that statements in ``body`` assign (``self.staged = ...``)."""
+    names = []
+    for node in (n for stmt in body for n in ast.walk(stmt)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else []
+        names += [t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == receiver]
+    return names
 
 
 def _device_pattern(pattern: ast.pattern) -> str | None:

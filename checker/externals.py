@@ -50,6 +50,8 @@ _PLAIN_BUILTINS = frozenset(
     "setattr delattr vars dir any all".split()
 )
 _SEQ_BUILTINS = frozenset("list tuple reversed sorted iter set frozenset filter".split())
+_ITERATING_BUILTINS = _SEQ_BUILTINS | {"enumerate", "next"}
+"""Builtins that iterate over their first argument (a ``typing.NamedTuple`` gives its fields)."""
 _COPIES = frozenset({"copy.deepcopy", "copy.copy"})
 _TEXT_RUNNERS = frozenset({"builtins.eval", "builtins.exec"})
 _KERNEL_NAMESPACES = frozenset({"aten", "prims", "quantized", "mkldnn", "mkl", "onednn", "quantized_decomposed", "profiler"})
@@ -312,6 +314,8 @@ class ExternalMixin:
             return derived
         name = dotted.rpartition(".")[2]
         first = args[0] if args else OPAQUE
+        if dotted.startswith("builtins.") and name in _ITERATING_BUILTINS:
+            first = self.as_iterated(first)  # list(meta), enumerate(meta): a NamedTuple's fields
         if dotted == "functools.partial" and args:
             return Partial(args[0], args[1:], kwargs)
         if dotted in _TEXT_RUNNERS:  # eval("inp.host_tokens.ids"): text run with the caller's locals
@@ -340,14 +344,16 @@ class ExternalMixin:
             if name == "enumerate":
                 return Seq(None, Seq((OPAQUE, element_of(first)), element_of(first)))
             if name == "zip":
-                parts = tuple(element_of(a) for a in args)
+                parts = tuple(self.iterated(a) for a in args)
                 return Seq(None, Seq(parts, join(*parts)))
+            if name in ("list", "tuple") and isinstance(first, Seq) and first.items is not None:
+                return Seq(first.items, first.elem)  # tuple(meta)[1]: the items, in order
             if name in _SEQ_BUILTINS:
                 return Seq(None, element_of(first)) if args else Seq((), OPAQUE)
             if name == "next":
                 return element_of(first)
             if name == "map" and args:
-                results = self.call(frame, first, tuple(element_of(a) for a in args[1:]), (), node)
+                results = self.call(frame, first, tuple(self.iterated(a) for a in args[1:]), (), node)
                 return Seq(None, results)
             if name == "dict":
                 # dict(wte=...) keeps its constant keys (nanoGPT's ModuleDict(dict(wte=..., h=...)))

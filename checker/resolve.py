@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
+import copy
 import sys
 from typing import TYPE_CHECKING
 
@@ -29,9 +31,14 @@ from tokenstate.checker.values import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from tokenstate.checker.engine import Analyzer
 
-__all__ = ["ResolverMixin", "decorator_names"]
+__all__ = ["Patch", "ResolverMixin", "decorator_names"]
+
+Patch = tuple[ModuleInfo, int, ast.expr]
+"""A top-level statement replacing a class member: the module running it, its line, the new value."""
 
 _CELL_FACTORIES = {"contextvars.ContextVar": "cvar", "threading.local": "local", "_thread._local": "local"}
 
@@ -54,6 +61,8 @@ class ResolverMixin:
         self._mro: dict[ClassInfo, list[ClassInfo | External]] = {}
         self._class_cells: dict[ClassInfo, set[str]] = {}
         self._canonical: dict[str, str] = {}
+        # module -> line of the top-level statement being evaluated there (see at_statement)
+        self._as_of: dict[str, int] = {}
 
     # ---- modules and globals -------------------------------------------------------------------
 
@@ -99,6 +108,25 @@ class ResolverMixin:
         if isinstance(node, ast.ImportFrom):
             return self._resolve_import_from(info, node, name)
         assert isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None
+        with self.at_statement(module, node.lineno):  # _original = Model.fwd, before Model.fwd = wrapping
+            return self._assigned_global(info, node, name)
+
+    @contextlib.contextmanager
+    def at_statement(self: Analyzer, module: str, line: int) -> Iterator[None]:
+        """Evaluate as module ``module`` runs its top-level statement at ``line``: the class members
+        it patches from there on are not patched yet (see :meth:`member_patch`)."""
+        saved = self._as_of.get(module)
+        self._as_of[module] = line
+        try:
+            yield
+        finally:
+            if saved is None:
+                del self._as_of[module]
+            else:
+                self._as_of[module] = saved
+
+    def _assigned_global(self: Analyzer, info: ModuleInfo, node: ast.Assign | ast.AnnAssign, name: str) -> Value:
+        assert node.value is not None
         unpacked = next((t for t in getattr(node, "targets", ()) if isinstance(t, ast.Tuple | ast.List)
                          and any(isinstance(e, ast.Name) and e.id == name for e in t.elts)), None)
         if unpacked is None:
@@ -239,12 +267,11 @@ class ResolverMixin:
             if decorator is not None:
                 reason = f"@{decorator} assigns {klass.dotted}.{name}, and the checker does not follow class decorators"
                 return Unknown(reason, self.config.display(klass.file), klass.line), klass
-            patched = self.patched_after_body(klass).get(name)
-            if patched is not None:  # Class.name = value at module level: it replaced the body's
-                return self.eval(self.module_frame(self.class_module(klass)), patched), klass
-            elsewhere = self.patched_by_other_modules(klass).get(name)
-            if elsewhere is not None:  # patches.py: modeling.Class.name = value, run on import
-                return self.eval(self.module_frame(elsewhere[0]), elsewhere[1]), klass
+            patch = self.member_patch(klass, name)
+            if patch is not None:  # Class.name = value at module level: it replaced the body's
+                info, line, value = patch
+                with self.at_statement(info.name, line):  # Class.fwd = wrap(Class.fwd): the one before
+                    return self.eval(self.module_frame(info), value), klass
             for stmt in klass.node.body:
                 if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == name:
                     qualname = f"{klass.qualname}.{name}"
@@ -261,29 +288,41 @@ class ResolverMixin:
                         return self.eval(frame, stmt.value), klass
         return (fallback, None) if fallback is not None else None
 
-    def patched_after_body(self: Analyzer, cls: ClassInfo) -> dict[str, ast.expr]:
+    def member_patch(self: Analyzer, cls: ClassInfo, name: str) -> Patch | None:
+        """The top-level statement that last replaced ``cls.name`` by the time it is read: another
+        module's (run on import, after the class's own module) else the class's own module's —
+        leaving out those a module has not reached yet where one of its statements is being
+        evaluated (``_original = Model.fwd`` before ``Model.fwd = wrapping``)."""
+        candidates = list(self.patched_after_body(cls).get(name, ()))
+        if cls.module not in self._as_of:  # while its own module runs, no other module has patched it
+            candidates += self.patched_by_other_modules(cls).get(name, ())
+        reached = [p for p in candidates if p[1] < self._as_of.get(p[0].name, sys.maxsize)]
+        return reached[-1] if reached else None
+
+    def patched_after_body(self: Analyzer, cls: ClassInfo) -> dict[str, list[Patch]]:
         """Members a top-level statement of the class's own module assigns after the class body
-        (``Class.name = value`` or ``setattr(Class, "name", value)``), the last one of each name:
-        by the time anything is called the module has run them."""
+        (``Class.name = value``, ``setattr(Class, "name", value)``, either in a loop over literal
+        items), in the module's order: by the time anything is called the module has run them."""
         found = self._patched_after_body.get(cls)
         if found is not None:
             return found
         found = self._patched_after_body[cls] = {}
         if "." in cls.qualname:  # a nested class is not a module-level name
             return found
-        for stmt in self.sources.module(cls.module).tree.body:
+        info = self.class_module(cls)
+        for stmt in info.tree.body:
             if getattr(stmt, "lineno", 0) <= cls.line:
                 continue
-            for owner, name, value in _class_member_writes(stmt):
+            for owner, name, value in _class_member_writes(stmt, info):
                 if isinstance(owner, ast.Name) and owner.id == cls.qualname:
-                    found[name] = value
+                    found.setdefault(name, []).append((info, stmt.lineno, value))
         return found
 
-    def patched_by_other_modules(self: Analyzer, cls: ClassInfo) -> dict[str, tuple[ModuleInfo, ast.expr]]:
+    def patched_by_other_modules(self: Analyzer, cls: ClassInfo) -> dict[str, list[Patch]]:
         """Members of ``cls`` that a top-level statement of another module replaces, where that
         module is one its package imports when it is imported (``patches.py`` doing
         ``modeling.Model.token_ids = fast_token_ids``, as liger-kernel and unsloth patch
-        transformers): each with the patching module, where its value is evaluated."""
+        transformers), in import order: each with the patching module, where its value is evaluated."""
         top = cls.module.partition(".")[0]
         patches = self._package_patches.get(top)
         if patches is None:
@@ -291,10 +330,10 @@ class ResolverMixin:
             for info in self.imported_with_the_package(top):
                 frame = self.module_frame(info)
                 for stmt in top_level_statements(info.tree.body, at_import=True):
-                    for owner, name, value in _class_member_writes(stmt):
+                    for owner, name, value in _class_member_writes(stmt, info):
                         patched = self.eval(frame, owner)
                         if isinstance(patched, ClassRef) and patched.info.module != info.name:
-                            patches.setdefault(patched.info, {})[name] = (info, value)
+                            patches.setdefault(patched.info, {}).setdefault(name, []).append((info, stmt.lineno, value))
         return patches.get(cls, {})
 
     def imported_with_the_package(self: Analyzer, top: str) -> list[ModuleInfo]:
@@ -451,8 +490,23 @@ MAX_IMPORTED_MODULES = 64
 closure; a large library's own modules are not patched by its own import)."""
 
 
-def _class_member_writes(stmt: ast.stmt) -> list[tuple[ast.expr, str, ast.expr]]:
-    """``(owner, name, value)`` for ``owner.name = value`` and ``setattr(owner, "name", value)``."""
+def _class_member_writes(stmt: ast.stmt, info: ModuleInfo) -> list[tuple[ast.expr, str, ast.expr]]:
+    """``(owner, name, value)`` for ``owner.name = value`` and ``setattr(owner, "name", value)`` at
+    the top level of module ``info``, and for each of them in a loop over literal items (``for cls in
+    (A, B): cls.name = value``, or over a module-level ``MODELS = (A, B)``), with the loop's names
+    replaced by each item's parts."""
+    items = stmt.iter if isinstance(stmt, ast.For) else None
+    if isinstance(items, ast.Name) and isinstance(bound := info.bindings.get(items.id), ast.Assign):
+        items = bound.value
+    if isinstance(stmt, ast.For) and isinstance(items, ast.Tuple | ast.List):
+        writes = []
+        for item in items.elts:
+            bound = _loop_bindings(stmt.target, item)
+            if bound is None:
+                return []  # a loop whose items do not match its target: nothing known to replace
+            for inner in stmt.body:
+                writes += _class_member_writes(_Substitute(bound).visit(copy.deepcopy(inner)), info)
+        return writes
     if isinstance(stmt, ast.Assign):
         return [(t.value, t.attr, stmt.value) for t in stmt.targets if isinstance(t, ast.Attribute)]
     if isinstance(stmt, ast.Expr) and isinstance(call := stmt.value, ast.Call):
@@ -461,3 +515,28 @@ def _class_member_writes(stmt: ast.stmt) -> list[tuple[ast.expr, str, ast.expr]]
                 and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str)):
             return [(args[0], args[1].value, args[2])]
     return []
+
+
+def _loop_bindings(target: ast.expr, item: ast.expr) -> dict[str, ast.expr] | None:
+    """The names a ``for`` target binds to the parts of one literal item (``for cls, fn in ((A, f),)``)."""
+    if isinstance(target, ast.Name):
+        return {target.id: item}
+    if isinstance(target, ast.Tuple | ast.List) and isinstance(item, ast.Tuple | ast.List) and len(target.elts) == len(item.elts):
+        bound: dict[str, ast.expr] = {}
+        for part, value in zip(target.elts, item.elts, strict=True):
+            inner = _loop_bindings(part, value)
+            if inner is None:
+                return None
+            bound.update(inner)
+        return bound
+    return None
+
+
+class _Substitute(ast.NodeTransformer):
+    """Replaces each read of a loop's names by the expression the iteration binds to it."""
+
+    def __init__(self, bound: dict[str, ast.expr]) -> None:
+        self.bound = bound
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        return copy.deepcopy(self.bound[node.id]) if isinstance(node.ctx, ast.Load) and node.id in self.bound else node

@@ -55,6 +55,8 @@ METADATA_ATTRS = frozenset(
 )
 
 # nn.Module methods that return the module itself: `Model(cfg).to(device)` is still a Model.
+SUBMODULE_WALKS = frozenset({"modules", "named_modules", "children", "named_children"})
+"""``nn.Module`` methods iterating over a module's submodules (a replacement pass walks them)."""
 RETURNS_SELF = frozenset(
     "to cuda cpu xpu eval train float half double bfloat16 requires_grad_ share_memory to_empty "
     "apply type".split()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 
 import tokenstate.checker.calls as calls_module
@@ -29,6 +30,7 @@ from tokenstate.checker.values import (
     Input,
     Instance,
     MapV,
+    Seq,
     Tokens,
     Unknown,
     join,
@@ -1089,7 +1091,7 @@ def patches_from_other_modules_unseen(patch: MutantPatch) -> None:
     "the submodules a module-replacement pass (`model.apply(fn)`) swaps keep their `__init__` values.",
 )
 def replacement_passes_unseen(patch: MutantPatch) -> None:
-    patch.setattr(Analyzer, "replace_some_submodule", lambda self, frame, target, obj, value, node: None)
+    patch.setattr(Analyzer, "replace_some_submodule", lambda self, frame, target, owner, value: None)
 
 
 @mutant(
@@ -1143,3 +1145,48 @@ _EVERY_NAMESPACE = _EveryNamespace()
 def stale_mask_is_data(patch: MutantPatch) -> None:
     patch.setattr(evaluate_module, "MASK_TESTS", frozenset())
     patch.setattr(externals_module, "STALE_MASK", Bound(Tokens("host"), "a tensor"))
+
+
+@mutant(
+    "RCK-80/patches-seen-before-they-run",
+    doc="A module-level statement sees the class members its module patches later: "
+    "`_original = Model.ids_for` before `Model.ids_for = wrapping` keeps the wrapper, which then calls itself.",
+)
+def patches_seen_before_they_run(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "at_statement", lambda self, module, line: contextlib.nullcontext())
+
+
+@mutant(
+    "RCK-81/loop-patches-unseen",
+    doc="A patch made in a top-level loop over classes (`for cls in (A, B): cls.ids_for = ...`) is "
+    "not seen: the body's member is used.",
+)
+def loop_patches_unseen(patch: MutantPatch) -> None:
+    patch.setattr(resolve_module, "_loop_bindings", lambda target, item: None)
+
+
+@mutant(
+    "RCK-82/named-tuples-iterated-as-opaque-objects",
+    doc="Iterating over a `typing.NamedTuple` (`for part in meta`, `list(meta)`, `f(*meta)`) gives "
+    "what iterating any object gives, not its fields.",
+)
+def named_tuples_iterated_as_opaque_objects(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "as_iterated", lambda self, value: value)
+
+
+@mutant(
+    "RCK-83/flag-guarded-creations-written-by-every-call",
+    doc="Only the attribute a not-yet-set test names is created once: a buffer allocated in the same "
+    "block as the flag it sets (`if not getattr(self, \"_ready\", False):`) counts as written by every call.",
+)
+def flag_guarded_creations_written_by_every_call(patch: MutantPatch) -> None:
+    patch.setattr(execute_module, "_receiver_writes", lambda body, receiver: [])
+
+
+@mutant(
+    "RCK-84/submodule-walks-opaque",
+    doc="`model.named_modules()` / `modules()` / `children()` give opaque objects: a replacement pass "
+    "walking them in `build` swaps nothing the checker sees.",
+)
+def submodule_walks_opaque(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "submodules", lambda self, frame, model, walk: Seq(None, OPAQUE))

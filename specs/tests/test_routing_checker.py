@@ -57,6 +57,7 @@ from .routing_checker_mutants import (
     external_methods_take_the_input_as_data,
     fills_seen_by_name_only,
     first_key_wins_and_slices_keep_all,
+    flag_guarded_creations_written_by_every_call,
     forward_hooks_tried_without_the_input,
     fresh_positions_checked_in_full_mode_only,
     getattribute_is_a_method_call,
@@ -72,6 +73,7 @@ from .routing_checker_mutants import (
     lazy_buffers_written_by_every_call,
     local_names_are_never_fixed,
     loop_exits_fall_through,
+    loop_patches_unseen,
     match_binds_the_subject_only,
     match_cases_unguarded,
     methods_see_the_objects_as_built,
@@ -79,6 +81,7 @@ from .routing_checker_mutants import (
     module_dict_attributes_opaque,
     module_level_class_patches_unseen,
     module_objects_written_out_of_sight,
+    named_tuples_iterated_as_opaque_objects,
     names_spelt_at_run_time_unseen,
     new_taken_to_build_its_class,
     none_beside_device_tokens_dropped,
@@ -87,6 +90,7 @@ from .routing_checker_mutants import (
     only_is_none_guards,
     only_suppress_swallows,
     patches_from_other_modules_unseen,
+    patches_seen_before_they_run,
     raised_tokens_dropped,
     records_built_from_their_own_annotations,
     registries_indexed_as_data,
@@ -102,6 +106,7 @@ from .routing_checker_mutants import (
     state_kept_for_the_next_step_unseen,
     stored_tests_keep_guarding,
     stored_values_stay_fresh,
+    submodule_walks_opaque,
     thread_jobs_called_out_of_sight,
     to_device_loses_the_class,
     tokens_sent_into_generators_dropped,
@@ -584,17 +589,26 @@ def test_the_stale_position_masks_any_guards_host_reads():
     assert_zoo("the stale-position mask as a guard", {"honors", "ignores"})
 
 
-NEAR_VARIANTS = Path(__file__).resolve().parent / "owed_variants"
-"""A package of the spellings probe 46e found that the checker misses (RCK-80)."""
+@pytest.mark.paid("RCK-80", before=patches_seen_before_they_run)
+def test_a_patch_calls_the_member_it_replaced():
+    assert_zoo("a method patch calling the member it replaced", {"honors", "ignores"})
 
 
-@pytest.mark.owed("RCK-80")
-def test_near_variants_of_kept_and_patched_state_are_findings():
-    names = [
-        "patch_wrapping_the_original", "patched_in_a_loop", "named_tuple_read_by_iteration",
-        "lazy_buffer_behind_a_ready_flag", "swapped_over_named_modules",
-    ]
-    builds = {"swapped_over_named_modules": ("near.variants", "build_swapped")}
-    targets = [EntryTarget(n, "near.variants", n, True, *builds.get(n, (None, None))) for n in names]
-    report = check_entry_points(targets, CheckerConfig(search_paths=(NEAR_VARIANTS,), display_root=NEAR_VARIANTS))
-    assert {r.entry: r.verdict.value for r in report.results} == dict.fromkeys(names, "ignores")
+@pytest.mark.paid("RCK-81", before=loop_patches_unseen)
+def test_a_method_patched_in_a_loop_is_the_patch():
+    assert_zoo("a method patched in a loop over classes", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-82", before=named_tuples_iterated_as_opaque_objects)
+def test_iterating_a_named_tuple_gives_its_fields():
+    assert_zoo("a NamedTuple step record iterated", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-83", before=flag_guarded_creations_written_by_every_call)
+def test_a_buffer_created_behind_a_ready_flag_holds_what_earlier_calls_left():
+    assert_zoo("a buffer created once behind a ready flag", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-84", before=submodule_walks_opaque)
+def test_submodules_a_pass_over_named_modules_swaps_are_the_wrappers():
+    assert_zoo("submodules replaced over named_modules()", {"honors", "ignores"})

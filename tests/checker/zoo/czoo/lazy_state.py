@@ -191,3 +191,72 @@ def ids_kept_on_fresh_steps_read_before_the_write(model: PreviousIdsLM, inp: For
 @entry_point
 def ids_kept_on_every_path_read_before_the_write(model: PreviousIdsOnEveryPathLM, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+class ReadyFlagLM(ServableLM):
+    """Allocates its buffer once, behind a flag it sets in the same block."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if not getattr(self, "_ready", False):
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+            self._ready = True
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            self.staged[:n].copy_(inp.host_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+class InitialisedFlagLM(ServableLM):
+    """Declares ``initialised = False`` in ``__init__`` and allocates its buffer on the first call."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.initialised = False
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if not self.initialised:
+            self.initialised = True
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            self.staged[:n] = inp.host_tokens.ids
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+class ReadyFlagOnEveryPathLM(ReadyFlagLM):
+    """The same flag-guarded buffer, given device ids on the steps whose host ids are stale."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if not getattr(self, "_ready", False):
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+            self._ready = True
+        n = inp.num_tokens
+        self.staged[:n].copy_(inp.host_tokens.ids if not inp.has_stale_rows else inp.device_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+def build_ready_flag(config: dict, *, device: torch.device, seed: int) -> ReadyFlagLM:
+    return ReadyFlagLM(config).to(device)
+
+
+def build_initialised_flag(config: dict, *, device: torch.device, seed: int) -> InitialisedFlagLM:
+    return InitialisedFlagLM(config).to(device)
+
+
+def build_ready_flag_on_every_path(config: dict, *, device: torch.device, seed: int) -> ReadyFlagOnEveryPathLM:
+    return ReadyFlagOnEveryPathLM(config).to(device)
+
+
+@entry_point
+def a_buffer_created_behind_a_ready_flag_filled_on_fresh_steps(model: ReadyFlagLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_created_behind_an_init_flag_filled_on_fresh_steps(model: InitialisedFlagLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_created_behind_a_ready_flag_filled_on_every_path(model: ReadyFlagOnEveryPathLM, inp: ForwardInput) -> Tensor:
+    return model(inp)

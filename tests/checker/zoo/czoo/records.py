@@ -138,3 +138,32 @@ def plain_subclass_of_a_dataclass_carries_host_tokens(model: ServableLM, inp: Fo
 @entry_point
 def post_init_default_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
     return model.logits(model.embed(DefaultedMeta(inp).tokens.ids), inp)
+
+
+@entry_point
+def named_tuple_iterated_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    tokens = None
+    for part in TupleMeta(inp.positions, inp.host_tokens):
+        tokens = part  # the last field: the tokens
+    return model.logits(model.embed(tokens.ids), inp)
+
+
+@entry_point
+def named_tuple_listed_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    tokens = list(TupleMeta(inp.positions, inp.host_tokens))[1]
+    return model.logits(model.embed(tokens.ids), inp)
+
+
+@entry_point
+def named_tuple_spread_into_a_call_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(_ids_of(*TupleMeta(inp.positions, inp.host_tokens))), inp)
+
+
+@entry_point
+def named_tuple_listed_carries_the_embedding_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
+    tokens = inp.host_tokens if inp.device_tokens is None else inp.device_tokens
+    return model.logits(model.embed(tuple(TupleMeta(inp.positions, tokens))[1].ids), inp)
+
+
+def _ids_of(positions: Tensor, tokens: object) -> Tensor:
+    return tokens.ids  # type: ignore[attr-defined]

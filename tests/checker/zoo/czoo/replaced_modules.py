@@ -94,3 +94,61 @@ def submodules_swapped_to_device_ids_by_apply(model: WithIdsSource, inp: Forward
 @entry_point
 def lora_adapters_injected_by_apply(model: WithIdsSource, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+class StackedIdsSource(nn.Module):
+    """Holds the ids source one level down, as a decoder holds its layers' submodules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.source = DeviceIds()
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return self.source(inp)
+
+
+class WithNestedIdsSource(ServableLM):
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.stack = StackedIdsSource()
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return self.logits(self.embed(self.stack(inp)), inp)
+
+
+def build_swapped_over_named_modules(config: dict, *, device: torch.device, seed: int) -> WithNestedIdsSource:
+    model = WithNestedIdsSource(config)
+    for _, module in model.named_modules():
+        for name, child in list(module.named_children()):
+            if isinstance(child, DeviceIds):
+                setattr(module, name, HostIds())
+    return model.to(device)
+
+
+def build_swapped_over_modules(config: dict, *, device: torch.device, seed: int) -> WithNestedIdsSource:
+    model = WithNestedIdsSource(config)
+    for module in list(model.modules()):
+        swap_to_host_ids(module)
+    return model.to(device)
+
+
+def build_device_swapped_over_named_modules(config: dict, *, device: torch.device, seed: int) -> WithNestedIdsSource:
+    model = WithNestedIdsSource(config)
+    for _, module in model.named_modules():
+        swap_to_device_ids(module)
+    return model.to(device)
+
+
+@entry_point
+def nested_submodules_swapped_to_host_ids_over_named_modules(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def nested_submodules_swapped_to_host_ids_over_modules(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def nested_submodules_swapped_to_device_ids_over_named_modules(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
+    return model(inp)

@@ -1,0 +1,136 @@
+"""Methods patched at module level the way monkey-patching libraries write it: a patch that keeps
+the member it replaces and calls it (``_original = Model.ids_for; Model.ids_for = wrapping``, or
+``Model.ids_for = logged(Model.ids_for)``), and patches made in a loop over classes (``for cls in
+(A, B): cls.ids_for = ...``, also over a module-level tuple).
+
+The member a patch keeps is the one the class had when the patching statement ran, not the patch
+itself; a loop patches every class it names.
+"""
+
+from collections.abc import Callable
+
+from torch import Tensor
+
+from czoo.servable import ServableLM
+from tokenstate.contracts import ForwardInput, entry_point
+
+
+class HostOriginalLM(ServableLM):
+    """Its own ``ids_for`` reads host ids; a wrapper replacing it calls it."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.host_tokens.ids
+
+
+class DeviceOriginalLM(ServableLM):
+    """Its own ``ids_for`` reads device ids; a wrapper replacing it calls it."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class LoggedHostOriginalLM(HostOriginalLM):
+    """Inherits the host-reading ``ids_for``; a decorator-style patch wraps it in place."""
+
+
+class LoggedDeviceOriginalLM(DeviceOriginalLM):
+    """Inherits the device-reading ``ids_for``; a decorator-style patch wraps it in place."""
+
+
+_host_original = HostOriginalLM.ids_for
+_device_original = DeviceOriginalLM.ids_for
+
+
+def _wrapping_host(self: HostOriginalLM, inp: ForwardInput) -> Tensor:
+    return _host_original(self, inp)
+
+
+def _wrapping_device(self: DeviceOriginalLM, inp: ForwardInput) -> Tensor:
+    return _device_original(self, inp)
+
+
+def logged(method: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    def wrapper(self: ServableLM, inp: ForwardInput) -> Tensor:
+        return method(self, inp)
+    return wrapper
+
+
+HostOriginalLM.ids_for = _wrapping_host
+DeviceOriginalLM.ids_for = _wrapping_device
+LoggedHostOriginalLM.ids_for = logged(LoggedHostOriginalLM.ids_for)
+LoggedDeviceOriginalLM.ids_for = logged(LoggedDeviceOriginalLM.ids_for)
+
+
+@entry_point
+def a_patch_calling_the_host_reading_member_it_replaced(model: HostOriginalLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_patch_calling_the_device_reading_member_it_replaced(model: DeviceOriginalLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_patch_wrapping_the_host_reading_member_it_replaces_in_place(model: LoggedHostOriginalLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_patch_wrapping_the_device_reading_member_it_replaces_in_place(model: LoggedDeviceOriginalLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+class LoopPatchedToHostLM(ServableLM):
+    """Its body reads device ids; a loop over classes patches it to read host ids."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class ListedPatchedToHostLM(ServableLM):
+    """Its body reads device ids; a loop over a module-level tuple of classes patches it."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class LoopPatchedToDeviceLM(ServableLM):
+    """Its body reads host ids; a loop over (class, method) pairs patches it to read device ids."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.host_tokens.ids
+
+
+def _host_ids_for(self: ServableLM, inp: ForwardInput) -> Tensor:
+    return inp.host_tokens.ids
+
+
+def _device_ids_for(self: ServableLM, inp: ForwardInput) -> Tensor:
+    return inp.embedding_ids()
+
+
+for _cls in (LoopPatchedToHostLM,):
+    _cls.ids_for = _host_ids_for
+
+PATCHED = (ListedPatchedToHostLM,)
+for _cls in PATCHED:
+    setattr(_cls, "ids_for", _host_ids_for)  # noqa: B010 (the spelling under test)
+
+for _cls, _method in ((LoopPatchedToDeviceLM, _device_ids_for),):
+    _cls.ids_for = _method
+
+
+@entry_point
+def a_method_patched_to_read_host_ids_in_a_loop(model: LoopPatchedToHostLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_method_patched_to_read_host_ids_over_a_tuple_of_classes(model: ListedPatchedToHostLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_method_patched_to_read_device_ids_in_a_loop(model: LoopPatchedToDeviceLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
