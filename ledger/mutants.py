@@ -15,6 +15,7 @@ patching nothing) and are always undone when the mutant's block ends.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -51,6 +52,14 @@ class MutantPatch:
             if hasattr(target, "__dict__")
             else getattr(target, name)
         )
+        misfit = _misfit(inspect.getattr_static(target, name), value)
+        if misfit is not None:
+            where = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
+            raise ContractDefinitionError(
+                f"mutant {self._mutant_name}: the replacement of {where}.{name} {misfit}, so a call the code "
+                "makes would fail with a TypeError — red for the wrong reason, no evidence of the bug. Give "
+                "the replacement the original's parameters (or *args, **kwargs)."
+            )
         setattr(target, name, value)
         self._undo.append((target, name, own))
 
@@ -61,6 +70,52 @@ class MutantPatch:
                 delattr(target, name)
             else:
                 setattr(target, name, own)
+
+
+def _misfit(original: Any, replacement: Any) -> str | None:
+    """Why ``replacement`` cannot take every call ``original`` takes, where both are plain functions
+    (or both the same kind of static or class method); ``None`` when it can, or cannot be told."""
+    wrappers = (staticmethod, classmethod)
+    if isinstance(original, wrappers) or isinstance(replacement, wrappers):
+        if type(original) is not type(replacement):
+            return None
+        original, replacement = original.__func__, replacement.__func__
+    if not (inspect.isfunction(original) and inspect.isfunction(replacement)):
+        return None
+    old = inspect.signature(original).parameters.values()
+    new = inspect.signature(replacement).parameters.values()
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    old_positional = [p for p in old if p.kind in positional]
+    new_positional = [p for p in new if p.kind in positional]
+    old_kinds = {p.kind for p in old}
+    new_kinds = {p.kind for p in new}
+    if inspect.Parameter.VAR_POSITIONAL not in new_kinds:
+        if inspect.Parameter.VAR_POSITIONAL in old_kinds:
+            return "takes no *args where the original does"
+        if len(new_positional) < len(old_positional):
+            return f"takes {len(new_positional)} positional arguments where the original takes {len(old_positional)}"
+    for index, param in enumerate(new_positional):
+        if param.default is not param.empty:
+            continue
+        if index >= len(old_positional):
+            return f"needs {param.name!r}, which the original does not take"
+        if old_positional[index].default is not param.empty:
+            return f"needs {param.name!r}, which the original does not need"
+    old_named = {p.name: p for p in old if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    new_named = {p.name: p for p in new if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)}
+    takes_any_keyword = inspect.Parameter.VAR_KEYWORD in new_kinds
+    if inspect.Parameter.VAR_KEYWORD in old_kinds and not takes_any_keyword:
+        return "takes no **kwargs where the original does"
+    for keyword in old_named:
+        if keyword not in new_named and not takes_any_keyword:
+            return f"takes no keyword {keyword!r}"
+    for param in new:
+        if param.kind is inspect.Parameter.KEYWORD_ONLY and param.default is param.empty:
+            if param.name not in old_named:
+                return f"needs {param.name!r}, which the original does not take"
+            if old_named[param.name].default is not param.empty:
+                return f"needs {param.name!r}, which the original does not need"
+    return None
 
 
 class Mutant:

@@ -389,11 +389,11 @@ def containers_filled_later_stay_empty(patch: MutantPatch) -> None:
 def star_args_get_no_input(patch: MutantPatch) -> None:
     original = Analyzer.entry_arguments
 
-    def entry_arguments(self, target, func):  # type: ignore[no-untyped-def]
+    def entry_arguments(self, target, func, frame):  # type: ignore[no-untyped-def]
         node = func.info.node
         vararg, node.args.vararg = node.args.vararg, None
         try:
-            return original(self, target, func)
+            return original(self, target, func, frame)
         finally:
             node.args.vararg = vararg
 
@@ -469,7 +469,7 @@ def analysed_decorators_assumed_identity(patch: MutantPatch) -> None:
 )
 def class_decorators_and_hooks_unseen(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "class_patches", lambda self, cls: {})
-    patch.setattr(Analyzer, "forward_hook", lambda self, frame, registration, node: None)
+    patch.setattr(Analyzer, "forward_hook", lambda self, frame, registration, hooks, node: None)
 
 
 @mutant(
@@ -735,7 +735,7 @@ def one_level_of_star_imports(patch: MutantPatch) -> None:
     "closing over the forward input (`pool.submit(lambda: embed(inp.host_tokens.ids))`) is dropped.",
 )
 def code_handed_out_reaches_nothing(patch: MutantPatch) -> None:
-    patch.setattr(externals_module, "code_reaches_tokens", lambda code: False)
+    patch.setattr(externals_module, "code_reaches_tokens", lambda code, *, ids=True: False)
 
 
 @mutant(
@@ -945,7 +945,7 @@ def writes_handed_out_stale(patch: MutantPatch) -> None:
     "`module.NAME`, the filled object keeps what it held.",
 )
 def fills_seen_by_name_only(patch: MutantPatch) -> None:
-    patch.setattr(Analyzer, "fill_in_place", lambda self, frame, expr, value: self.assign(frame, expr, value))
+    patch.setattr(Analyzer, "fill_in_place", lambda self, frame, expr, value, *, tensor=False: self.assign(frame, expr, value))
     patch.setattr(calls_module, "IN_PLACE_WRITES", frozenset({"copy_"}))
     patch.setattr(calls_module, "_argument_given", lambda func, node, param: None)
 

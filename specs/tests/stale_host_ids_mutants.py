@@ -124,7 +124,7 @@ def twin_predicate_drifts(patch: MutantPatch) -> None:
 def fallback_keeps_stale_host_ids(patch: MutantPatch) -> None:
     runner_module = importlib.import_module("tokenstate.runtime.runner")
 
-    def stale_refresh(prepared: object, table: object) -> object:
+    def stale_refresh(prepared: object, table: object, batch: object) -> object:
         return prepared
 
     patch.setattr(runner_module, "refresh_inputs", stale_refresh)

@@ -137,6 +137,9 @@ def test_item_ids_are_unique_across_specs(spec_dir):
 class Target:
     value = 1
 
+    def scale(self, x, factor, *, rounding=None):
+        return x * factor
+
 
 def test_a_mutant_patches_for_its_block_and_restores_after():
     @mutant("D-1/two", doc="Target.value is 2.")
@@ -166,6 +169,46 @@ def test_a_mutant_that_cannot_apply_or_patches_nothing_says_so():
     ):
         pass
     with pytest.raises(ContractDefinitionError, match="patched nothing"), nothing.applied():
+        pass
+
+
+@pytest.mark.parametrize(
+    ("replacement", "why"),
+    [
+        (lambda self, x: x, "takes 2 positional arguments where the original takes 3"),
+        (lambda self, x, factor, extra: x, "needs 'extra', which the original does not take"),
+        (lambda self, x, factor: x, "takes no keyword 'rounding'"),
+        (lambda self, x, factor, *, rounding: x, "needs 'rounding', which the original does not need"),
+    ],
+)
+def test_a_mutant_whose_replacement_cannot_take_the_originals_calls_is_refused(replacement, why):
+    # A replacement that no longer fits the code's calls fails with a TypeError: red for the wrong
+    # reason, which would keep a red-before "proved" after the code it reverts was refactored.
+    @mutant("D-1/misfit", doc="Replaces scale with something that does not fit its calls.")
+    def misfit(patch):
+        patch.setattr(Target, "scale", replacement)
+
+    with pytest.raises(ContractDefinitionError, match=f"D-1/misfit: the replacement of .*scale {why}"), misfit.applied():
+        pass
+    assert Target().scale(2, 3) == 6
+
+
+@pytest.mark.parametrize(
+    "replacement",
+    [
+        lambda self, x, factor, *, rounding=None: 0,
+        lambda self, *args, **kwargs: 0,
+        lambda self, x, factor=2, extra=None, **kwargs: 0,
+        staticmethod(lambda *args, **kwargs: 0),
+        property(lambda self: 0),
+    ],
+)
+def test_a_replacement_that_takes_every_call_of_the_original_is_accepted(replacement):
+    @mutant("D-1/fits", doc="Replaces scale with something that takes its calls.")
+    def fits(patch):
+        patch.setattr(Target, "scale", replacement)
+
+    with fits.applied():
         pass
 
 
