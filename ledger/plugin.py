@@ -16,6 +16,7 @@ Registered by :mod:`tokenstate.pytest_plugin` (which stays import-light); see do
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -332,6 +333,14 @@ class LedgerPlugin:
             item.user_properties.append((_RED_BEFORE_PROP, detected))
             if not detected:
                 item.user_properties.append((_RESULT_PROP, "red-before-lost"))
+                if how.startswith("misfits: "):
+                    pytest.fail(
+                        f"red-before not proved: {binding.item.id}'s test {how.removeprefix('misfits: ')} — a "
+                        f"call's arguments refused, so mutant {binding.mutant.name} no longer fits the code it "
+                        f"patches and its failure proves nothing about the bug. Give the replacement the "
+                        f"parameters of what it replaces ({binding.item.where}).",
+                        pytrace=False,
+                    )
                 if how.startswith("fails again"):
                     pytest.fail(
                         f"red-before not proved: {binding.item.id}'s test {how}, so its failure under mutant "
@@ -508,6 +517,10 @@ def _is_unittest(item: pytest.Function) -> bool:
     return item.cls is not None and issubclass(item.cls, unittest.TestCase)
 
 
+_ARGUMENTS_REFUSED = re.compile(r"\bpositional arguments?\b|\bkeyword arguments?\b|\bargument '")
+"""What a ``TypeError`` says when a call does not fit the callee's parameters."""
+
+
 def _red_before(item: pytest.Item, mutant: Mutant) -> tuple[bool, str]:
     """Re-run the test's function in-process with the mutant applied, where it must fail, then
     once more without it, where it must pass again: ``(red before?, how it went)``. The control
@@ -523,6 +536,9 @@ def _red_before(item: pytest.Item, mutant: Mutant) -> tuple[bool, str]:
         except pytest.skip.Exception:
             return False, "was skipped"
         except (Exception, pytest.fail.Exception) as exc:
+            if isinstance(exc, TypeError) and _ARGUMENTS_REFUSED.search(str(exc)):
+                # a call that no longer fits: the mutant's replacement, or what it calls, has drifted
+                return False, f"misfits: fails under it only with TypeError: {(str(exc).splitlines() or [''])[0][:160]}"
             failure = type(exc).__name__
         else:
             return False, "still passes"

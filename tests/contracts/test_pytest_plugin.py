@@ -501,6 +501,25 @@ def test_a_paid_test_that_fails_on_any_rerun_proves_no_red_before(pytester):
     assert entries(pytester)["D-1"]["red_before_verified"] is False
 
 
+def test_a_mutant_that_no_longer_fits_the_code_it_patches_proves_no_red_before(pytester):
+    # the replacement is a callable the patch cannot inspect; the code's call no longer fits it
+    make_project(pytester, before="misfit")
+    mutant = (
+        "import functools\n\n\n"
+        '@mutant("D-1/misfit", doc="Replaces Guard.check by a callable that takes no argument.")\n'
+        "def misfit(patch):\n"
+        '    patch.setattr(Guard, "check", staticmethod(functools.partial(lambda: 0)))\n\n\n'
+    )
+    _edit_paid_test(pytester, '@pytest.mark.paid("D-1", before=misfit)', mutant + '@pytest.mark.paid("D-1", before=misfit)')
+    result = pytester.runpytest("-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*red-before not proved: D-1's test fails under it only with TypeError: *takes 0 positional arguments*"
+        "mutant D-1/misfit no longer fits the code it patches*"
+    ])
+    assert entries(pytester)["D-1"]["red_before_verified"] is False
+
+
 @pytest.mark.parametrize("before", ["negatives_allowed", "harmless"])
 def test_a_paid_test_marked_xfail_fails_the_run(pytester, before):
     make_project(pytester, before=before)
