@@ -150,8 +150,16 @@ class ExprMixin:
                     self.eval(frame, part.value)
             return OPAQUE
         if isinstance(node, ast.List | ast.Tuple | ast.Set):
-            items = tuple(self.eval(frame, e) for e in node.elts)
-            return Seq(items, join(*items))
+            parts: list[Value] = []
+            known = True
+            for e in node.elts:
+                if isinstance(e, ast.Starred):  # [*meta, x]: the items it spreads, where known
+                    spread = self.as_iterated(self.eval(frame, e.value))
+                    known = known and isinstance(spread, Seq) and spread.items is not None
+                    parts += spread.items if isinstance(spread, Seq) and spread.items is not None else [element_of(spread)]
+                else:
+                    parts.append(self.eval(frame, e))
+            return Seq(tuple(parts) if known else None, join(*parts))
         if isinstance(node, ast.Dict):
             values = [self.eval(frame, v) for v in node.values]
             for key in node.keys:
@@ -164,6 +172,8 @@ class ExprMixin:
             return self.bool_op(frame, node)
         if isinstance(node, ast.BinOp):
             left, right = self.eval(frame, node.left), self.eval(frame, node.right)
+            if isinstance(node.op, ast.Add):  # meta + (x,): a NamedTuple is the tuple of its fields
+                left, right = self.as_iterated(left), self.as_iterated(right)
             if isinstance(node.op, ast.Add) and isinstance(left, Seq) and isinstance(right, Seq):
                 both = None if left.items is None or right.items is None else left.items + right.items
                 return Seq(both, join(left.elem, right.elem))  # [a, b] + [c]: a list of all three

@@ -24,6 +24,7 @@ from tokenstate.checker.guards import Facts, fresh_row_fact, meet, never_taken
 from tokenstate.checker.values import (
     NO_KEY,
     OPAQUE,
+    Alt,
     Cell,
     ClassInfo,
     ClassRef,
@@ -243,7 +244,10 @@ class StmtMixin:
             # too: each is held as created, see Frame.lazy_fields
             for name in (created, *(n for n in _receiver_writes(body, frame.self_name) if n not in base[3])):
                 if name in frame.self_writes:
-                    frame.lazy_fields[name] = frame.self_writes.pop(name)
+                    # or what an earlier call left there, where the receiver holds it (RCK-76's
+                    # second pass: `if self.last is None:` is false once a call kept ids in it)
+                    left = frame.self_value.field(name) if isinstance(frame.self_value, Instance) else None
+                    frame.lazy_fields[name] = join(frame.self_writes.pop(name), left)
         # What follows runs only after a side that falls through, with what that side learnt:
         # `if device ids are present: return ...` leaves the no-device-ids side, and so does an
         # `elif` chain whose device branch returns.
@@ -378,6 +382,13 @@ class StmtMixin:
                 frame.write_cell(self.class_cell_for(base.info, target.attr) or class_cell(base.info, target.attr), value)
             elif isinstance(base, Cell) and base.kind == "local":
                 frame.write_cell(f"{base.name}.{target.attr}", value)
+            elif isinstance(base, Alt) and any(isinstance(o, Instance) for o in base.options):
+                # `for m in model.modules(): m.source = HostIds()`: each object it may be may now hold it
+                for option in base.options:
+                    if isinstance(option, Instance):
+                        frame.record_writes(option.info, {target.attr: join(self.current(frame, option).field(target.attr), value)})
+                    else:
+                        self.stored_out_of_sight(frame, option, value, target)
             else:
                 self.stored_out_of_sight(frame, base, value, target)
         elif isinstance(target, ast.Subscript):

@@ -310,7 +310,7 @@ class ResolverMixin:
         if "." in cls.qualname:  # a nested class is not a module-level name
             return found
         info = self.class_module(cls)
-        for stmt in info.tree.body:
+        for stmt in top_level_statements(info.tree.body, at_import=True):  # in `if` / `try` / `with` blocks too
             if getattr(stmt, "lineno", 0) <= cls.line:
                 continue
             for owner, name, value in _class_member_writes(stmt, info):

@@ -210,7 +210,7 @@ def _stale_mask_off_by_one(patch: Any) -> None:
     prep = importlib.import_module("tokenstate.runtime.input_prep")
     mask = prep.stale_position_mask
 
-    def off_by_one(qsl, seq_lens, prefill_lens, num_drafts):
+    def off_by_one(qsl, seq_lens, prefill_lens, num_drafts=None):
         return mask(qsl, seq_lens, prefill_lens - 1, num_drafts)
 
     patch.setattr(prep, "stale_position_mask", off_by_one)
@@ -425,10 +425,10 @@ def _kimi_host(patch: Any) -> None:
     kimi = importlib.import_module("tokenstate.models.kimi_linear")
     embed = kimi.guarded_embedding
 
-    def host_buffer(ids, weight):
+    def host_buffer(ids, weight, *, backend="auto"):
         inp = sys._getframe(1).f_locals["inp"]  # the forward's input: the lie reads its host buffer
         # (through the private field: placeholder_buffer() is refused to a forward on a spliced step)
-        return embed(inp.host_tokens._ids.clamp(min=0).to(ids.device), weight)
+        return embed(inp.host_tokens._ids.clamp(min=0).to(ids.device), weight, backend=backend)
 
     patch.setattr(kimi, "guarded_embedding", host_buffer)
 

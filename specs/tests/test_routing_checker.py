@@ -612,3 +612,20 @@ def test_a_buffer_created_behind_a_ready_flag_holds_what_earlier_calls_left():
 @pytest.mark.paid("RCK-84", before=submodule_walks_opaque)
 def test_submodules_a_pass_over_named_modules_swaps_are_the_wrappers():
     assert_zoo("submodules replaced over named_modules()", {"honors", "ignores"})
+
+
+OWED_VARIANTS = Path(__file__).resolve().parent / "owed_variants"
+"""A package of the forwards probe 47a found that the checker still judges wrongly (RCK-85)."""
+
+
+@pytest.mark.owed("RCK-85")
+def test_later_variants_of_patched_and_replaced_state_are_judged_right():
+    spec = importlib.util.spec_from_file_location("owed_later_variants", OWED_VARIANTS / "later" / "variants.py")
+    variants = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(variants)  # the right verdicts it lists; the checker reads its source
+    targets = [
+        EntryTarget(name, "later.variants", name, True, *(("later.variants", build) if build else (None, None)))
+        for name, (_, build) in variants.EXPECTED.items()
+    ]
+    report = check_entry_points(targets, CheckerConfig(search_paths=(OWED_VARIANTS,), display_root=OWED_VARIANTS))
+    assert {r.entry: r.verdict.value for r in report.results} == {n: v for n, (v, _) in variants.EXPECTED.items()}

@@ -260,3 +260,28 @@ def a_buffer_created_behind_an_init_flag_filled_on_fresh_steps(model: Initialise
 @entry_point
 def a_buffer_created_behind_a_ready_flag_filled_on_every_path(model: ReadyFlagOnEveryPathLM, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+class PreviousIdsCreatedWhenNoneLM(ServableLM):
+    """The previous-token feature with its buffer created on the first call (``if self.last is None``)."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.last: Tensor | None = None
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if self.last is None:
+            self.last = torch.zeros(1, dtype=torch.long)
+        out = self.logits(self.embed(fit(self.last, inp.num_tokens)), inp)
+        if not inp.has_stale_rows:
+            self.last = inp.host_tokens.ids
+        return out
+
+
+def build_previous_ids_created_when_none(config: dict, *, device: torch.device, seed: int) -> PreviousIdsCreatedWhenNoneLM:
+    return PreviousIdsCreatedWhenNoneLM(config).to(device)
+
+
+@entry_point
+def ids_kept_in_a_lazily_created_buffer_read_before_the_write(model: PreviousIdsCreatedWhenNoneLM, inp: ForwardInput) -> Tensor:
+    return model(inp)

@@ -167,3 +167,9 @@ def named_tuple_listed_carries_the_embedding_ids(model: ServableLM, inp: Forward
 
 def _ids_of(positions: Tensor, tokens: object) -> Tensor:
     return tokens.ids  # type: ignore[attr-defined]
+
+
+@entry_point
+def named_tuple_spread_into_a_list_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    tokens = [*TupleMeta(inp.positions, inp.host_tokens)][1]
+    return model.logits(model.embed(tokens.ids), inp)

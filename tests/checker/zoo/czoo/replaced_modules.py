@@ -152,3 +152,16 @@ def nested_submodules_swapped_to_host_ids_over_modules(model: WithNestedIdsSourc
 @entry_point
 def nested_submodules_swapped_to_device_ids_over_named_modules(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+def build_replaced_by_name_over_named_modules(config: dict, *, device: torch.device, seed: int) -> WithNestedIdsSource:
+    model = WithNestedIdsSource(config)
+    for name, module in model.named_modules():
+        if name.endswith("stack"):
+            module.source = HostIds()
+    return model.to(device)
+
+
+@entry_point
+def nested_submodule_replaced_by_name_over_named_modules(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
+    return model(inp)

@@ -134,3 +134,21 @@ def a_method_patched_to_read_host_ids_over_a_tuple_of_classes(model: ListedPatch
 @entry_point
 def a_method_patched_to_read_device_ids_in_a_loop(model: LoopPatchedToDeviceLM, inp: ForwardInput) -> Tensor:
     return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+class PatchedInABlockLM(ServableLM):
+    """Its body reads device ids; a patch inside a top-level ``try`` block replaces it."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+try:
+    PatchedInABlockLM.ids_for = _host_ids_for
+except AttributeError:  # a patch applied where the library allows it, as patch modules guard them
+    pass
+
+
+@entry_point
+def a_method_patched_to_read_host_ids_in_a_try_block(model: PatchedInABlockLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)

@@ -1,0 +1,173 @@
+"""Variants probe 47a found that the checker still judges wrongly (RCK-85, owed). Each was run
+through the engine too: the false alarms give the synchronous tokens on the async path, the misses
+raise StaleHostTokensError or diverge there.
+"""
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from tokenstate.contracts import ForwardInput, entry_point
+from tokenstate.runtime.kernels import guarded_embedding
+
+VOCAB, HIDDEN = 40, 8
+
+
+class Servable(nn.Module):
+    """Stateless and batch invariant: a position's logits depend only on the id embedded there."""
+
+    vocab_size = VOCAB
+    max_model_len = 64
+    eos_token_id = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(13)
+        self.weight = nn.Parameter(torch.randn(VOCAB, HIDDEN, generator=gen), requires_grad=False)  # [vocab, hidden]
+        self.head = nn.Parameter(torch.randn(VOCAB, HIDDEN, generator=gen), requires_grad=False)  # [vocab, hidden]
+
+    def allocate_slots(self, num_slots: int) -> None:
+        """Stateless: nothing per slot."""
+
+    def reset_slot(self, slot: int) -> None:
+        """Stateless: nothing per slot."""
+
+    def logits_of(self, ids: Tensor, inp: ForwardInput) -> Tensor:
+        rows = guarded_embedding(ids, self.weight).index_select(0, inp.logits_indices)  # [num_logits, hidden]
+        return (rows.unsqueeze(1) * self.head).sum(dim=2)  # [num_logits, vocab]
+
+
+class DeviceIds(nn.Module):
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class HostIds(DeviceIds):
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return inp.host_tokens.ids
+
+
+class OtherIds(DeviceIds):
+    """A sibling of the used source, held but never called."""
+
+
+class WithSources(Servable):
+    def __init__(self) -> None:
+        super().__init__()
+        self.source = DeviceIds()
+        self.unused = OtherIds()
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return self.logits_of(self.source(inp), inp)
+
+
+# -- false alarms: a replacement pass's filter and a pass that undoes another ----------------------
+
+
+def build_filtered_to_the_unused_sibling(config: dict, *, device: torch.device, seed: int) -> WithSources:
+    model = WithSources()
+    for _, module in model.named_modules():
+        for name, child in list(module.named_children()):
+            if isinstance(child, OtherIds):  # only the unused sibling is replaced
+                setattr(module, name, HostIds())
+    return model.to(device)
+
+
+def build_swapped_and_swapped_back(config: dict, *, device: torch.device, seed: int) -> WithSources:
+    model = WithSources()
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is DeviceIds:
+                setattr(module, name, HostIds())
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, HostIds):
+                setattr(module, name, DeviceIds())
+    return model.to(device)
+
+
+@entry_point
+def a_pass_filtered_to_an_unused_sibling(model: WithSources, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_pass_undone_by_the_next(model: WithSources, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+# -- misses ----------------------------------------------------------------------------------------
+
+
+def build_set_submodule(config: dict, *, device: torch.device, seed: int) -> WithSources:
+    model = WithSources()
+    model.set_submodule("source", HostIds())
+    return model.to(device)
+
+
+@entry_point
+def a_source_replaced_by_set_submodule(model: WithSources, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+class ConcatPatched(Servable):
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+def _host_ids_for(self: nn.Module, inp: ForwardInput) -> Tensor:
+    return inp.host_tokens.ids
+
+
+for _cls in [ConcatPatched] + []:  # noqa: RUF005 (the spelling under test: a computed list)
+    _cls.ids_for = _host_ids_for
+
+
+@entry_point
+def a_patch_in_a_loop_over_a_computed_list(model: ConcatPatched, inp: ForwardInput) -> Tensor:
+    return model.logits_of(model.ids_for(inp), inp)
+
+
+class Meta(NamedTuple):
+    positions: Tensor
+    tokens: object
+
+
+@entry_point
+def a_named_tuple_read_through_asdict(model: WithSources, inp: ForwardInput) -> Tensor:
+    fields = Meta(inp.positions, inp.host_tokens)._asdict()
+    return model.logits_of(fields["tokens"].ids, inp)
+
+
+class FirstStepBuffer(Servable):
+    """Allocates its buffer on the first step (`if self._step == 0:`), fills it on fresh steps only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._step = 0
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if self._step == 0:
+            self.staged = torch.zeros(4096, dtype=torch.long)
+        self._step += 1
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            self.staged[:n].copy_(inp.host_tokens.ids)
+        return self.logits_of(self.staged[:n], inp)
+
+
+@entry_point
+def a_buffer_created_on_the_first_step(model: FirstStepBuffer, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+EXPECTED = {
+    "a_pass_filtered_to_an_unused_sibling": ("honors", "build_filtered_to_the_unused_sibling"),
+    "a_pass_undone_by_the_next": ("honors", "build_swapped_and_swapped_back"),
+    "a_source_replaced_by_set_submodule": ("ignores", "build_set_submodule"),
+    "a_patch_in_a_loop_over_a_computed_list": ("ignores", None),
+    "a_named_tuple_read_through_asdict": ("ignores", None),
+    "a_buffer_created_on_the_first_step": ("ignores", None),
+}
+"""Each forward's right verdict, and the build function a runner would call (None: the class)."""
