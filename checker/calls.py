@@ -19,7 +19,9 @@ from tokenstate.checker.values import (
     NO_KEY,
     NONE_WITHOUT_DEVICE_IDS,
     OPAQUE,
+    RECORD_METHODS,
     RETURNS_SELF,
+    SUBMODULE_PATHS,
     SUBMODULE_WALKS,
     Alt,
     Bound,
@@ -424,6 +426,14 @@ class CallMixin:
             return base
         if isinstance(base, Instance) and name in SUBMODULE_WALKS:
             return self.submodules(frame, base, name)
+        if isinstance(base, Instance) and name in SUBMODULE_PATHS and isinstance(node, ast.Call) and node.args and args:
+            return self.submodule_at(frame, base, name, node, args)
+        if isinstance(base, Instance) and name in RECORD_METHODS and (fields := self.record_fields(base.info)) is not None:
+            stored = [(f.name, base.field(f.name) or OPAQUE) for f in fields if f.stored]
+            if name == "_asdict":  # meta._asdict()["tokens"]: its fields by name
+                return MapV(join(*(v for _, v in stored)), tuple(stored))
+            replaced = dict(stored) | {k: v for k, v in kwargs if k in dict(stored)}  # meta._replace(tokens=...)
+            return Instance(base.info, tuple(sorted(replaced.items(), key=lambda kv: kv[0])))
         if isinstance(base, Pending):  # the future of a followed thread job
             if name == "result":
                 return base.result
@@ -581,6 +591,28 @@ class CallMixin:
                         self.assign(frame, ast.Attribute(value=target, attr=name, ctx=ast.Store()), join(held, value))
                     else:
                         frame.record_writes(obj.info, {name: join(held, value)})
+
+    def submodule_at(self: Analyzer, frame: Frame, model: Instance, method: str, node: ast.Call, args: tuple[Value, ...]) -> Value:
+        """``model.get_submodule("stack.source")``: the object at that path; ``model.set_submodule(path,
+        module)``: the assignment it spells. A path that is not a fixed string may name any submodule."""
+        paths = self.constant_names(frame, node.args[0])
+        receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
+        parts = paths[0].split(".") if paths is not None and len(paths) == 1 and paths[0] else None
+        target: ast.expr | None = receiver
+        found: Value = self.current(frame, model)
+        for part in parts or ():
+            held = found.field(part) if isinstance(found, Instance) else None
+            if not isinstance(held, Instance) or target is None:
+                parts = None  # not an analysed submodule: any one may be meant
+                break
+            target, found = ast.Attribute(value=target, attr=part, ctx=ast.Load()), self.current(frame, held)
+        if method == "get_submodule":
+            return found if parts is not None else self.submodules(frame, model, "modules").elem
+        if parts is not None and target is not None and isinstance(target, ast.Attribute) and len(args) > 1:
+            self.assign(frame, ast.Attribute(value=target.value, attr=target.attr, ctx=ast.Store()), args[1])
+        elif len(args) > 1 and receiver is not None:
+            self.replace_some_submodule(frame, receiver, self.submodules(frame, model, "modules").elem, args[1])
+        return OPAQUE
 
     def submodules(self: Analyzer, frame: Frame, model: Instance, walk: str) -> Seq:
         """``model.modules()``, ``named_modules()`` (``model`` and every analysed object below it),

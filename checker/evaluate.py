@@ -32,7 +32,9 @@ from tokenstate.checker.sources import ModuleInfo
 from tokenstate.checker.values import (
     METADATA_ATTRS,
     OPAQUE,
+    RECORD_METHODS,
     RETURNS_SELF,
+    SUBMODULE_PATHS,
     SUBMODULE_WALKS,
     Bound,
     Cell,
@@ -85,6 +87,17 @@ def host_kind(frame: Frame, tokens: Tokens) -> str:
     """The kind of a read of host tokens' ids: fresh under a no-device-ids fact of this frame, or
     where the tokens themselves were taken under one."""
     return "host_fresh" if frame.fresh or tokens.fresh else "host"
+
+
+class Given(ast.expr):
+    """An expression standing for a value already known: an item of a loop evaluated before its
+    body is read (``for cls in MODELS + EXTRA: cls.ids_for = ...``), put where the loop's name was."""
+
+    _fields = ()
+
+    def __init__(self, value: Value = OPAQUE) -> None:  # the default: copy.deepcopy builds it bare
+        super().__init__()
+        self.value = value
 
 
 def element_of(value: Value) -> Value:
@@ -213,6 +226,8 @@ class ExprMixin:
             return MapV(self.comprehension(frame, node.generators, node.value))
         if isinstance(node, ast.Starred | ast.Await):
             return self.eval(frame, node.value)
+        if isinstance(node, Given):
+            return node.value
         if isinstance(node, ast.Yield | ast.YieldFrom):
             value = OPAQUE if node.value is None else self.eval(frame, node.value)
             if frame.yield_writes is None:
@@ -435,7 +450,7 @@ class ExprMixin:
             if attr in ("forward", "__call__") and self.canonical(owner) in self.sink_modules:
                 # super().forward(ids) in an nn.Embedding subclass: the inherited lookup is the sink
                 return External(owner, instance=True)
-            kept = isinstance(receiver, Instance) and (attr in RETURNS_SELF or attr in SUBMODULE_WALKS)
+            kept = isinstance(receiver, Instance) and any(attr in names for names in (RETURNS_SELF, SUBMODULE_WALKS, SUBMODULE_PATHS, RECORD_METHODS))
             return Bound(receiver if kept else OPAQUE, attr)
         if isinstance(member, Instance) and receiver != OPAQUE:
             getter = self.class_member(member.info, "__get__")

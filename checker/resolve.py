@@ -13,7 +13,7 @@ import copy
 import sys
 from typing import TYPE_CHECKING
 
-from tokenstate.checker.evaluate import element_of
+from tokenstate.checker.evaluate import Given, element_of
 from tokenstate.checker.sources import ModuleInfo, SourceError, top_level_statements
 from tokenstate.checker.values import (
     Cell,
@@ -31,7 +31,7 @@ from tokenstate.checker.values import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from tokenstate.checker.engine import Analyzer
 
@@ -313,8 +313,8 @@ class ResolverMixin:
         for stmt in top_level_statements(info.tree.body, at_import=True):  # in `if` / `try` / `with` blocks too
             if getattr(stmt, "lineno", 0) <= cls.line:
                 continue
-            for owner, name, value in _class_member_writes(stmt, info):
-                if isinstance(owner, ast.Name) and owner.id == cls.qualname:
+            for owner, name, value in _class_member_writes(stmt, info, self.loop_items_in(info)):
+                if self._names_class(info, owner, cls):
                     found.setdefault(name, []).append((info, stmt.lineno, value))
         return found
 
@@ -330,11 +330,26 @@ class ResolverMixin:
             for info in self.imported_with_the_package(top):
                 frame = self.module_frame(info)
                 for stmt in top_level_statements(info.tree.body, at_import=True):
-                    for owner, name, value in _class_member_writes(stmt, info):
+                    for owner, name, value in _class_member_writes(stmt, info, self.loop_items_in(info)):
                         patched = self.eval(frame, owner)
                         if isinstance(patched, ClassRef) and patched.info.module != info.name:
                             patches.setdefault(patched.info, {}).setdefault(name, []).append((info, stmt.lineno, value))
         return patches.get(cls, {})
+
+    def loop_items_in(self: Analyzer, info: ModuleInfo) -> Callable[[ast.expr], list[ast.expr] | None]:
+        """How a top-level loop of module ``info`` over computed items (``MODELS + EXTRA``,
+        ``(*BASE, Extra)``) is read: its items where evaluating the expression knows them."""
+        def items(expr: ast.expr) -> list[ast.expr] | None:
+            value = self.eval(self.module_frame(info), expr)
+            return [Given(v) for v in value.items] if isinstance(value, Seq) and value.items is not None else None
+        return items
+
+    def _names_class(self: Analyzer, info: ModuleInfo, owner: ast.expr, cls: ClassInfo) -> bool:
+        """Whether ``owner``, at the top level of the class's own module, is the class: its name, or an
+        item a loop evaluated."""
+        if isinstance(owner, Given):
+            return isinstance(owner.value, ClassRef) and owner.value.info == cls
+        return isinstance(owner, ast.Name) and owner.id == cls.qualname
 
     def imported_with_the_package(self: Analyzer, top: str) -> list[ModuleInfo]:
         """The modules of package ``top`` that importing it imports: its ``__init__`` and, from
@@ -490,22 +505,28 @@ MAX_IMPORTED_MODULES = 64
 closure; a large library's own modules are not patched by its own import)."""
 
 
-def _class_member_writes(stmt: ast.stmt, info: ModuleInfo) -> list[tuple[ast.expr, str, ast.expr]]:
+def _class_member_writes(
+    stmt: ast.stmt, info: ModuleInfo, loop_items: Callable[[ast.expr], list[ast.expr] | None] | None = None,
+) -> list[tuple[ast.expr, str, ast.expr]]:
     """``(owner, name, value)`` for ``owner.name = value`` and ``setattr(owner, "name", value)`` at
     the top level of module ``info``, and for each of them in a loop over literal items (``for cls in
-    (A, B): cls.name = value``, or over a module-level ``MODELS = (A, B)``), with the loop's names
-    replaced by each item's parts."""
-    items = stmt.iter if isinstance(stmt, ast.For) else None
+    (A, B): cls.name = value``, or over a module-level ``MODELS = (A, B)``) — or over items
+    ``loop_items`` works out (``MODELS + EXTRA``) — with the loop's names replaced by each item's parts."""
+    items: ast.expr | list[ast.expr] | None = stmt.iter if isinstance(stmt, ast.For) else None
     if isinstance(items, ast.Name) and isinstance(bound := info.bindings.get(items.id), ast.Assign):
         items = bound.value
-    if isinstance(stmt, ast.For) and isinstance(items, ast.Tuple | ast.List):
+    if isinstance(items, ast.Tuple | ast.List) and not any(isinstance(e, ast.Starred) for e in items.elts):
+        items = items.elts
+    elif isinstance(stmt, ast.For) and loop_items is not None and _writes_members(stmt):
+        items = loop_items(stmt.iter)
+    if isinstance(stmt, ast.For) and isinstance(items, list):
         writes = []
-        for item in items.elts:
+        for item in items:
             bound = _loop_bindings(stmt.target, item)
             if bound is None:
                 return []  # a loop whose items do not match its target: nothing known to replace
             for inner in stmt.body:
-                writes += _class_member_writes(_Substitute(bound).visit(copy.deepcopy(inner)), info)
+                writes += _class_member_writes(_Substitute(bound).visit(copy.deepcopy(inner)), info, loop_items)
         return writes
     if isinstance(stmt, ast.Assign):
         return [(t.value, t.attr, stmt.value) for t in stmt.targets if isinstance(t, ast.Attribute)]
@@ -517,10 +538,22 @@ def _class_member_writes(stmt: ast.stmt, info: ModuleInfo) -> list[tuple[ast.exp
     return []
 
 
+def _writes_members(loop: ast.For) -> bool:
+    """Whether a loop's body assigns an attribute of one of its names (worth evaluating its items)."""
+    names = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    return any(
+        (isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in names for t in node.targets))
+        or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr")
+        for node in (n for stmt in loop.body for n in ast.walk(stmt))
+    )
+
+
 def _loop_bindings(target: ast.expr, item: ast.expr) -> dict[str, ast.expr] | None:
     """The names a ``for`` target binds to the parts of one literal item (``for cls, fn in ((A, f),)``)."""
     if isinstance(target, ast.Name):
         return {target.id: item}
+    if isinstance(target, ast.Tuple | ast.List) and isinstance(item, Given) and isinstance(item.value, Seq) and item.value.items is not None:
+        item = ast.Tuple(elts=[Given(v) for v in item.value.items], ctx=ast.Load())  # a pair the loop evaluated
     if isinstance(target, ast.Tuple | ast.List) and isinstance(item, ast.Tuple | ast.List) and len(target.elts) == len(item.elts):
         bound: dict[str, ast.expr] = {}
         for part, value in zip(target.elts, item.elts, strict=True):

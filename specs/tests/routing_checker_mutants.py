@@ -1190,3 +1190,21 @@ def flag_guarded_creations_written_by_every_call(patch: MutantPatch) -> None:
 )
 def submodule_walks_opaque(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "submodules", lambda self, frame, model, walk: Seq(None, OPAQUE))
+
+
+@mutant(
+    "RCK-86/submodule-paths-opaque",
+    doc="`model.get_submodule(path)` gives an opaque object and `model.set_submodule(path, m)` changes "
+    "nothing the checker sees.",
+)
+def submodule_paths_opaque(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "submodule_at", lambda self, frame, model, method, node, args: OPAQUE)
+
+
+@mutant(
+    "RCK-87/record-methods-opaque",
+    doc="A NamedTuple's `_asdict()` and `_replace(...)` give what an external method gives: nothing of its fields.",
+)
+def record_methods_opaque(patch: MutantPatch) -> None:
+    patch.setattr(calls_module, "RECORD_METHODS", frozenset())
+    patch.setattr(evaluate_module, "RECORD_METHODS", frozenset())

@@ -92,6 +92,7 @@ from .routing_checker_mutants import (
     patches_from_other_modules_unseen,
     patches_seen_before_they_run,
     raised_tokens_dropped,
+    record_methods_opaque,
     records_built_from_their_own_annotations,
     registries_indexed_as_data,
     replaced_init_followed_and_constants_unread,
@@ -106,6 +107,7 @@ from .routing_checker_mutants import (
     state_kept_for_the_next_step_unseen,
     stored_tests_keep_guarding,
     stored_values_stay_fresh,
+    submodule_paths_opaque,
     submodule_walks_opaque,
     thread_jobs_called_out_of_sight,
     to_device_loses_the_class,
@@ -612,6 +614,16 @@ def test_a_buffer_created_behind_a_ready_flag_holds_what_earlier_calls_left():
 @pytest.mark.paid("RCK-84", before=submodule_walks_opaque)
 def test_submodules_a_pass_over_named_modules_swaps_are_the_wrappers():
     assert_zoo("submodules replaced over named_modules()", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-86", before=submodule_paths_opaque)
+def test_submodules_reached_by_their_dotted_path_are_the_ones_set():
+    assert_zoo("submodules reached by their dotted path", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-87", before=record_methods_opaque)
+def test_a_named_tuple_as_a_dict_or_replaced_keeps_its_fields():
+    assert_zoo("a NamedTuple step record as a dict or replaced", {"honors", "ignores"})
 
 
 OWED_VARIANTS = Path(__file__).resolve().parent / "owed_variants"

@@ -173,3 +173,21 @@ def _ids_of(positions: Tensor, tokens: object) -> Tensor:
 def named_tuple_spread_into_a_list_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
     tokens = [*TupleMeta(inp.positions, inp.host_tokens)][1]
     return model.logits(model.embed(tokens.ids), inp)
+
+
+@entry_point
+def named_tuple_as_a_dict_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    fields = TupleMeta(inp.positions, inp.host_tokens)._asdict()
+    return model.logits(model.embed(fields["tokens"].ids), inp)
+
+
+@entry_point
+def named_tuple_replaced_field_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    meta = TupleMeta(inp.positions, None)._replace(tokens=inp.host_tokens)
+    return model.logits(model.embed(meta.tokens.ids), inp)
+
+
+@entry_point
+def named_tuple_as_a_dict_carries_the_embedding_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
+    tokens = inp.host_tokens if inp.device_tokens is None else inp.device_tokens
+    return model.logits(model.embed(TupleMeta(inp.positions, tokens)._asdict()["tokens"].ids), inp)

@@ -165,3 +165,36 @@ def build_replaced_by_name_over_named_modules(config: dict, *, device: torch.dev
 @entry_point
 def nested_submodule_replaced_by_name_over_named_modules(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+def build_set_submodule_to_host(config: dict, *, device: torch.device, seed: int) -> WithNestedIdsSource:
+    model = WithNestedIdsSource(config)
+    model.set_submodule("stack.source", HostIds())
+    return model.to(device)
+
+
+def build_set_submodule_to_device(config: dict, *, device: torch.device, seed: int) -> WithNestedIdsSource:
+    model = WithNestedIdsSource(config)
+    model.set_submodule("stack.source", DeviceIds())
+    return model.to(device)
+
+
+def build_get_submodule_then_setattr(config: dict, *, device: torch.device, seed: int) -> WithNestedIdsSource:
+    model = WithNestedIdsSource(config)
+    model.get_submodule("stack").source = HostIds()
+    return model.to(device)
+
+
+@entry_point
+def a_source_set_to_host_ids_by_its_path(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_source_set_to_device_ids_by_its_path(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_source_replaced_on_a_submodule_got_by_its_path(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
+    return model(inp)

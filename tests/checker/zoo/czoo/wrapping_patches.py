@@ -152,3 +152,35 @@ except AttributeError:  # a patch applied where the library allows it, as patch 
 @entry_point
 def a_method_patched_to_read_host_ids_in_a_try_block(model: PatchedInABlockLM, inp: ForwardInput) -> Tensor:
     return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+class ComputedLoopToHostLM(ServableLM):
+    """Its body reads device ids; a loop over a computed tuple of classes patches it."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class ComputedLoopToDeviceLM(ServableLM):
+    """Its body reads host ids; a loop over computed (class, method) pairs patches it."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.host_tokens.ids
+
+
+BASE_MODELS = ()
+for _cls in (*BASE_MODELS, ComputedLoopToHostLM):
+    _cls.ids_for = _host_ids_for
+
+for _cls, _method in [*(), (ComputedLoopToDeviceLM, _device_ids_for)]:
+    setattr(_cls, "ids_for", _method)  # noqa: B010 (the spelling under test)
+
+
+@entry_point
+def a_method_patched_to_read_host_ids_in_a_loop_over_computed_items(model: ComputedLoopToHostLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_method_patched_to_read_device_ids_in_a_loop_over_computed_items(model: ComputedLoopToDeviceLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
