@@ -239,9 +239,12 @@ class StmtMixin:
                 facts.append((frame.fresh, frame.narrow))
         frame.merge(states or [base])
         created = _created_when_unset(test, frame.self_name) if not _constructing(frame) else None
-        if created is not None and created in frame.self_writes and created not in base[3]:
-            # what the branch creates with it (`self.staged = ...; self._ready = True`) is created once
-            # too: each is held as created, see Frame.lazy_fields
+        once = created is not None and created in frame.self_writes and created not in base[3]
+        if not once and not _constructing(frame) and frame.func is not None:  # `if self._step == 0:`, then `self._step += 1`
+            once = _counted_from_zero(test, frame.self_name) in _counters(frame.func.node, frame.self_name)
+        if once:
+            # what the branch creates (`self.staged = ...; self._ready = True`) is created once: each
+            # is held as created, see Frame.lazy_fields
             for name in (created, *(n for n in _receiver_writes(body, frame.self_name) if n not in base[3])):
                 if name in frame.self_writes:
                     # or what an earlier call left there, where the receiver holds it (RCK-76's
@@ -612,6 +615,38 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
                 and len(right.args) == 1 and on_receiver(right.args[0])):
             return name
     return None
+
+
+def _counted_from_zero(test: ast.expr, receiver: str | None) -> str | None:
+    """The attribute of ``receiver`` that ``test`` asks is still zero — ``self._step == 0``,
+    ``0 == self._step``, ``self._step < 1``, ``not self._step`` — else None."""
+    def on_receiver(node: ast.expr) -> str | None:
+        ok = receiver is not None and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == receiver
+        return node.attr if ok else None  # type: ignore[union-attr]
+
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return on_receiver(test.operand)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq | ast.Lt):
+        left, op, right = test.left, test.ops[0], test.comparators[0]
+        bound = 0 if isinstance(op, ast.Eq) else 1
+        if isinstance(right, ast.Constant) and right.value == bound and type(right.value) is int:
+            return on_receiver(left)
+        if isinstance(op, ast.Eq) and isinstance(left, ast.Constant) and left.value == 0 and type(left.value) is int:
+            return on_receiver(right)
+    return None
+
+
+def _counters(func: ast.AST, receiver: str | None) -> set[str]:
+    """The attributes of ``receiver`` that ``func`` only ever counts up (``self._step += 1``): once
+    non-zero, a test that they are zero stays false."""
+    up, other = set(), set()
+    for node in ast.walk(func):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else []
+        for t in targets:
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == receiver:
+                counts = isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.value, ast.Constant) and type(node.value.value) is int and node.value.value > 0
+                (up if counts else other).add(t.attr)
+    return up - other
 
 
 def _receiver_writes(body: list[ast.stmt], receiver: str | None) -> list[str]:

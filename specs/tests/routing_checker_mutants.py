@@ -1208,3 +1208,12 @@ def submodule_paths_opaque(patch: MutantPatch) -> None:
 def record_methods_opaque(patch: MutantPatch) -> None:
     patch.setattr(calls_module, "RECORD_METHODS", frozenset())
     patch.setattr(evaluate_module, "RECORD_METHODS", frozenset())
+
+
+@mutant(
+    "RCK-88/first-step-blocks-run-every-call",
+    doc="A block behind `if self._step == 0:` counts as run on every call: a buffer it creates is taken "
+    "as written by each call, not as what earlier calls left.",
+)
+def first_step_blocks_run_every_call(patch: MutantPatch) -> None:
+    patch.setattr(execute_module, "_counters", lambda func, receiver: set())

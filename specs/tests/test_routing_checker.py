@@ -57,6 +57,7 @@ from .routing_checker_mutants import (
     external_methods_take_the_input_as_data,
     fills_seen_by_name_only,
     first_key_wins_and_slices_keep_all,
+    first_step_blocks_run_every_call,
     flag_guarded_creations_written_by_every_call,
     forward_hooks_tried_without_the_input,
     fresh_positions_checked_in_full_mode_only,
@@ -626,8 +627,13 @@ def test_a_named_tuple_as_a_dict_or_replaced_keeps_its_fields():
     assert_zoo("a NamedTuple step record as a dict or replaced", {"honors", "ignores"})
 
 
+@pytest.mark.paid("RCK-88", before=first_step_blocks_run_every_call)
+def test_a_buffer_created_on_the_first_step_holds_what_earlier_calls_left():
+    assert_zoo("a buffer created on the first step a counter counts", {"honors", "ignores"})
+
+
 OWED_VARIANTS = Path(__file__).resolve().parent / "owed_variants"
-"""A package of the forwards probe 47a found that the checker still judges wrongly (RCK-85)."""
+"""A package of the replacement passes probe 47a found that the checker still judges wrongly (RCK-85)."""
 
 
 @pytest.mark.owed("RCK-85")

@@ -1,6 +1,6 @@
-"""Variants probe 47a found that the checker still judges wrongly (RCK-85, owed). Each was run
-through the engine too: the false alarms give the synchronous tokens on the async path, the misses
-raise StaleHostTokensError or diverge there.
+"""Replacement passes the routing checker still judges wrongly (RCK-85, owed): it does not apply a
+pass's own filter, nor let a later pass undo an earlier one, so correct code gets a false alarm.
+Each was run through the engine too: both give the synchronous tokens on the async path.
 """
 
 import torch
@@ -95,34 +95,8 @@ def a_pass_undone_by_the_next(model: WithSources, inp: ForwardInput) -> Tensor:
     return model(inp)
 
 
-# -- misses ----------------------------------------------------------------------------------------
-
-
-class FirstStepBuffer(Servable):
-    """Allocates its buffer on the first step (`if self._step == 0:`), fills it on fresh steps only."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._step = 0
-
-    def forward(self, inp: ForwardInput) -> Tensor:
-        if self._step == 0:
-            self.staged = torch.zeros(4096, dtype=torch.long)
-        self._step += 1
-        n = inp.num_tokens
-        if not inp.has_stale_rows:
-            self.staged[:n].copy_(inp.host_tokens.ids)
-        return self.logits_of(self.staged[:n], inp)
-
-
-@entry_point
-def a_buffer_created_on_the_first_step(model: FirstStepBuffer, inp: ForwardInput) -> Tensor:
-    return model(inp)
-
-
 EXPECTED = {
     "a_pass_filtered_to_an_unused_sibling": ("honors", "build_filtered_to_the_unused_sibling"),
     "a_pass_undone_by_the_next": ("honors", "build_swapped_and_swapped_back"),
-    "a_buffer_created_on_the_first_step": ("ignores", None),
 }
 """Each forward's right verdict, and the build function a runner would call (None: the class)."""

@@ -285,3 +285,50 @@ def build_previous_ids_created_when_none(config: dict, *, device: torch.device, 
 @entry_point
 def ids_kept_in_a_lazily_created_buffer_read_before_the_write(model: PreviousIdsCreatedWhenNoneLM, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+class FirstStepBufferLM(ServableLM):
+    """Allocates its buffer on the first step (`if self._step == 0:`, the step counted up after)."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self._step = 0
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if self._step == 0:
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+        self._step += 1
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            self.staged[:n].copy_(inp.host_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+class FirstStepBufferOnEveryPathLM(FirstStepBufferLM):
+    """The same first-step buffer, given device ids on the steps whose host ids are stale."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if not self._step:
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+        self._step += 1
+        n = inp.num_tokens
+        self.staged[:n].copy_(inp.host_tokens.ids if not inp.has_stale_rows else inp.device_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+def build_first_step_buffer(config: dict, *, device: torch.device, seed: int) -> FirstStepBufferLM:
+    return FirstStepBufferLM(config).to(device)
+
+
+def build_first_step_buffer_on_every_path(config: dict, *, device: torch.device, seed: int) -> FirstStepBufferOnEveryPathLM:
+    return FirstStepBufferOnEveryPathLM(config).to(device)
+
+
+@entry_point
+def a_buffer_created_on_the_first_step_filled_on_fresh_steps(model: FirstStepBufferLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_created_on_the_first_step_filled_on_every_path(model: FirstStepBufferOnEveryPathLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
