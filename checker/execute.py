@@ -240,8 +240,9 @@ class StmtMixin:
         frame.merge(states or [base])
         created = _created_when_unset(test, frame.self_name) if not _constructing(frame) else None
         once = created is not None and created in frame.self_writes and created not in base[3]
-        if not once and not _constructing(frame) and frame.func is not None:  # `if self._step == 0:`, then `self._step += 1`
-            once = _counted_from_zero(test, frame.self_name) in _counters(frame.func.node, frame.self_name)
+        counter = _counted_from_zero(test, frame.self_name) if not once and frame.func is not None else None
+        if counter is not None and not _constructing(frame):  # `if self._step == 0:`, then `self._step += 1`
+            once = counter in _counters(frame.func.node, frame.self_name)
         if once:
             # what the branch creates (`self.staged = ...; self._ready = True`) is created once: each
             # is held as created, see Frame.lazy_fields
