@@ -642,21 +642,21 @@ def _counters(func: ast.AST, receiver: str | None) -> set[str]:
     non-zero, a test that they are zero stays false."""
     up, other = set(), set()
     for node in ast.walk(func):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else []
-        for t in targets:
-            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == receiver:
-                counts = isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.value, ast.Constant) and type(node.value.value) is int and node.value.value > 0
-                (up if counts else other).add(t.attr)
+        counts = (isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.value, ast.Constant)
+                  and type(node.value.value) is int and node.value.value > 0)
+        (up if counts else other).update(_receiver_targets(node, receiver))
     return up - other
 
 
 def _receiver_writes(body: list[ast.stmt], receiver: str | None) -> list[str]:
     """The attributes of ``receiver`` that statements in ``body`` assign (``self.staged = ...``)."""
-    names = []
-    for node in (n for stmt in body for n in ast.walk(stmt)):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else []
-        names += [t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == receiver]
-    return names
+    return [name for stmt in body for node in ast.walk(stmt) for name in _receiver_targets(node, receiver)]
+
+
+def _receiver_targets(node: ast.AST, receiver: str | None) -> list[str]:
+    """The attributes of ``receiver`` that assignment ``node`` (plain, annotated or augmented) assigns."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else []
+    return [t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == receiver]
 
 
 def _device_pattern(pattern: ast.pattern) -> str | None:

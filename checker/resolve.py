@@ -301,8 +301,9 @@ class ResolverMixin:
 
     def patched_after_body(self: Analyzer, cls: ClassInfo) -> dict[str, list[Patch]]:
         """Members a top-level statement of the class's own module assigns after the class body
-        (``Class.name = value``, ``setattr(Class, "name", value)``, either in a loop over literal
-        items), in the module's order: by the time anything is called the module has run them."""
+        (``Class.name = value``, ``setattr(Class, "name", value)``, either in a loop over items
+        it can evaluate, or inside an ``if`` / ``try`` / ``with`` block), in the module's order: by
+        the time anything is called the module has run them."""
         found = self._patched_after_body.get(cls)
         if found is not None:
             return found
@@ -314,7 +315,7 @@ class ResolverMixin:
             if getattr(stmt, "lineno", 0) <= cls.line:
                 continue
             for owner, name, value in _class_member_writes(stmt, info, self.loop_items_in(info)):
-                if self._names_class(info, owner, cls):
+                if _names_class(owner, cls):
                     found.setdefault(name, []).append((info, stmt.lineno, value))
         return found
 
@@ -343,13 +344,6 @@ class ResolverMixin:
             value = self.eval(self.module_frame(info), expr)
             return [Given(v) for v in value.items] if isinstance(value, Seq) and value.items is not None else None
         return items
-
-    def _names_class(self: Analyzer, info: ModuleInfo, owner: ast.expr, cls: ClassInfo) -> bool:
-        """Whether ``owner``, at the top level of the class's own module, is the class: its name, or an
-        item a loop evaluated."""
-        if isinstance(owner, Given):
-            return isinstance(owner.value, ClassRef) and owner.value.info == cls
-        return isinstance(owner, ast.Name) and owner.id == cls.qualname
 
     def imported_with_the_package(self: Analyzer, top: str) -> list[ModuleInfo]:
         """The modules of package ``top`` that importing it imports: its ``__init__`` and, from
@@ -536,6 +530,14 @@ def _class_member_writes(
                 and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str)):
             return [(args[0], args[1].value, args[2])]
     return []
+
+
+def _names_class(owner: ast.expr, cls: ClassInfo) -> bool:
+    """Whether ``owner``, at the top level of the class's own module, is the class: its name, or an
+    item a loop evaluated."""
+    if isinstance(owner, Given):
+        return isinstance(owner.value, ClassRef) and owner.value.info == cls
+    return isinstance(owner, ast.Name) and owner.id == cls.qualname
 
 
 def _writes_members(loop: ast.For) -> bool:

@@ -54,13 +54,13 @@ METADATA_ATTRS = frozenset(
      "element_size", "data_ptr", "is_contiguous", "requires_grad", "layout"}
 )
 
-# nn.Module methods that return the module itself: `Model(cfg).to(device)` is still a Model.
 SUBMODULE_WALKS = frozenset({"modules", "named_modules", "children", "named_children"})
 """``nn.Module`` methods iterating over a module's submodules (a replacement pass walks them)."""
 SUBMODULE_PATHS = frozenset({"get_submodule", "set_submodule"})
 """``nn.Module`` methods reaching a submodule by its dotted path (``"stack.source"``)."""
 RECORD_METHODS = frozenset({"_asdict", "_replace"})
 """``typing.NamedTuple`` methods handing out or replacing its fields."""
+# nn.Module methods that return the module itself: `Model(cfg).to(device)` is still a Model.
 RETURNS_SELF = frozenset(
     "to cuda cpu xpu eval train float half double bfloat16 requires_grad_ share_memory to_empty "
     "apply type".split()
