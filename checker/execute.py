@@ -649,8 +649,26 @@ def _counters(func: ast.AST, receiver: str | None) -> set[str]:
 
 
 def _receiver_writes(body: list[ast.stmt], receiver: str | None) -> list[str]:
-    """The attributes of ``receiver`` that statements in ``body`` assign (``self.staged = ...``)."""
-    return [name for stmt in body for node in ast.walk(stmt) for name in _receiver_targets(node, receiver)]
+    """The attributes of ``receiver`` that statements in ``body`` assign (``self.staged = ...``), or
+    set by a fixed name (``self.register_buffer("staged", ...)``, ``setattr(self, "staged", ...)``)."""
+    names = []
+    for node in (n for stmt in body for n in ast.walk(stmt)):
+        names += _receiver_targets(node, receiver)
+        if isinstance(node, ast.Call) and len(node.args) >= 2:
+            func, (first, second) = node.func, node.args[:2]
+            if isinstance(func, ast.Attribute) and func.attr in _REGISTERS and isinstance(func.value, ast.Name) and func.value.id == receiver:
+                named = first
+            elif isinstance(func, ast.Name) and func.id == "setattr" and isinstance(first, ast.Name) and first.id == receiver:
+                named = second
+            else:
+                continue
+            if isinstance(named, ast.Constant) and isinstance(named.value, str):
+                names.append(named.value)
+    return names
+
+
+_REGISTERS = frozenset({"register_buffer", "register_parameter", "register_module", "add_module"})
+"""``nn.Module`` methods that set an attribute under the name they are given."""
 
 
 def _receiver_targets(node: ast.AST, receiver: str | None) -> list[str]:

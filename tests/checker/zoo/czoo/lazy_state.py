@@ -332,3 +332,29 @@ def a_buffer_created_on_the_first_step_filled_on_fresh_steps(model: FirstStepBuf
 @entry_point
 def a_buffer_created_on_the_first_step_filled_on_every_path(model: FirstStepBufferOnEveryPathLM, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+class RegisteredBehindAFlagLM(ServableLM):
+    """Registers its buffer once, behind a flag set in the same block."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self._ready = False
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if not self._ready:
+            self.register_buffer("staged", torch.zeros(MAX_TOKENS, dtype=torch.long), persistent=False)
+            self._ready = True
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            self.staged[:n].copy_(inp.host_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+def build_registered_behind_a_flag(config: dict, *, device: torch.device, seed: int) -> RegisteredBehindAFlagLM:
+    return RegisteredBehindAFlagLM(config).to(device)
+
+
+@entry_point
+def a_buffer_registered_behind_a_ready_flag_filled_on_fresh_steps(model: RegisteredBehindAFlagLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
