@@ -16,6 +16,7 @@ from tokenstate.checker.frame import RESULT_CACHES, Event, Frame, Summary, cache
 from tokenstate.checker.guards import STALE_ROWS, expression_path, fresh_row_fact
 from tokenstate.checker.resolve import decorator_names
 from tokenstate.checker.values import (
+    NAMED_SETTERS,
     NO_KEY,
     NONE_WITHOUT_DEVICE_IDS,
     OPAQUE,
@@ -802,10 +803,6 @@ def is_code(value: Value) -> bool:
 
 _NESTING = 3
 """How deep :meth:`CallMixin.current` updates the objects an object's fields hold."""
-NAMED_SETTERS = frozenset({"register_buffer", "register_parameter", "add_module", "register_module"})
-"""Methods of an analysed object that assign the attribute their first argument names (``nn.Module``'s
-``register_buffer("last_ids", t)`` is ``self.last_ids = t``, ``add_module("embed", m)`` is
-``self.embed = m``)."""
 WRITING_FUNCTIONS = frozenset({"numpy.copyto", "numpy.put", "numpy.putmask", "numpy.place", "numpy.put_along_axis"})
 """numpy functions that write into the array given first."""
 IN_PLACE_WRITES = frozenset({"copy_", "index_copy_", "scatter_", "index_put_", "masked_scatter_", "put_"})

@@ -79,6 +79,8 @@ def is_stale_test(base: Value, name: str) -> bool:
     """Whether method ``name`` of ``base`` is a stale-rows test: ``inp.host_tokens.stale.any()``
     (or ``.item()``), and ``.item()`` of such a test."""
     return (base == STALE_MASK and name in MASK_TESTS) or (base == STALE_ROWS and name == "item")
+
+
 STATE_DUMPS = frozenset({"__getstate__", "__reduce__", "__reduce_ex__"})
 """Methods that hand out an object's state: on ``HostTokens``, the raw buffer among it."""
 

@@ -22,6 +22,7 @@ from tokenstate.checker.frame import (
 )
 from tokenstate.checker.guards import Facts, fresh_row_fact, meet, never_taken
 from tokenstate.checker.values import (
+    NAMED_SETTERS,
     NO_KEY,
     OPAQUE,
     Alt,
@@ -656,7 +657,7 @@ def _receiver_writes(body: list[ast.stmt], receiver: str | None) -> list[str]:
         names += _receiver_targets(node, receiver)
         if isinstance(node, ast.Call) and len(node.args) >= 2:
             func, (first, second) = node.func, node.args[:2]
-            if isinstance(func, ast.Attribute) and func.attr in _REGISTERS and isinstance(func.value, ast.Name) and func.value.id == receiver:
+            if isinstance(func, ast.Attribute) and func.attr in NAMED_SETTERS and isinstance(func.value, ast.Name) and func.value.id == receiver:
                 named = first
             elif isinstance(func, ast.Name) and func.id == "setattr" and isinstance(first, ast.Name) and first.id == receiver:
                 named = second
@@ -665,10 +666,6 @@ def _receiver_writes(body: list[ast.stmt], receiver: str | None) -> list[str]:
             if isinstance(named, ast.Constant) and isinstance(named.value, str):
                 names.append(named.value)
     return names
-
-
-_REGISTERS = frozenset({"register_buffer", "register_parameter", "register_module", "add_module"})
-"""``nn.Module`` methods that set an attribute under the name they are given."""
 
 
 def _receiver_targets(node: ast.AST, receiver: str | None) -> list[str]:

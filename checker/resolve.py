@@ -293,10 +293,12 @@ class ResolverMixin:
         module's (run on import, after the class's own module) else the class's own module's —
         leaving out those a module has not reached yet where one of its statements is being
         evaluated (``_original = Model.fwd`` before ``Model.fwd = wrapping``)."""
-        candidates = list(self.patched_after_body(cls).get(name, ()))
-        if cls.module not in self._as_of:  # while its own module runs, no other module has patched it
-            candidates += self.patched_by_other_modules(cls).get(name, ())
-        reached = [p for p in candidates if p[1] < self._as_of.get(p[0].name, sys.maxsize)]
+        own = self.patched_after_body(cls).get(name, [])
+        # while its own module runs, no other module has patched it
+        others = self.patched_by_other_modules(cls).get(name, []) if cls.module not in self._as_of else []
+        if not own and not others:  # the common case, on every member lookup
+            return None
+        reached = [p for p in (*own, *others) if p[1] < self._as_of.get(p[0].name, sys.maxsize)]
         return reached[-1] if reached else None
 
     def patched_after_body(self: Analyzer, cls: ClassInfo) -> dict[str, list[Patch]]:

@@ -54,6 +54,10 @@ METADATA_ATTRS = frozenset(
      "element_size", "data_ptr", "is_contiguous", "requires_grad", "layout"}
 )
 
+NAMED_SETTERS = frozenset({"register_buffer", "register_parameter", "add_module", "register_module"})
+"""Methods of an analysed object that assign the attribute their first argument names (``nn.Module``'s
+``register_buffer("last_ids", t)`` is ``self.last_ids = t``, ``add_module("embed", m)`` is
+``self.embed = m``)."""
 SUBMODULE_WALKS = frozenset({"modules", "named_modules", "children", "named_children"})
 """``nn.Module`` methods iterating over a module's submodules (a replacement pass walks them)."""
 SUBMODULE_PATHS = frozenset({"get_submodule", "set_submodule"})
