@@ -579,6 +579,16 @@ class CallMixin:
             fields = {"args": Seq(args, join(*args))}  # class Carry(Exception): BaseException keeps .args
         return Instance(cls, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
 
+    def replaced_by_a_computed_name(self: Analyzer, frame: Frame, target: ast.expr, value: Value) -> bool:
+        """``module._modules[name] = Wrapper(child)`` (or ``module.__dict__[name]``) with a computed
+        name: :meth:`replace_some_submodule`, where ``target`` is an analysed object and ``value``
+        one too (whether it was)."""
+        owner = self.eval(frame, target)
+        if not (_instances(owner) and _instances(value)):
+            return False
+        self.replace_some_submodule(frame, target, owner, value)
+        return True
+
     def replace_some_submodule(self: Analyzer, frame: Frame, target: ast.expr, owner: Value, value: Value) -> None:
         """``setattr(module, name, Wrapper(child))`` with a computed name, as a module-replacement
         pass writes it (``for name, child in module.named_children(): ...``): each submodule

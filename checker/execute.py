@@ -404,6 +404,9 @@ class StmtMixin:
                 else:
                     self.assign(frame, spelt, value)
                 return
+            owner = _namespace_owner(target.value)
+            if owner is not None and self.replaced_by_a_computed_name(frame, owner, value):
+                return
             base = self.eval(frame, target.value)
             self.eval(frame, target.slice)
             if isinstance(base, Cell) and base.kind == "stack":
@@ -433,14 +436,8 @@ class StmtMixin:
         writes as ``global KEPT`` would be: :func:`~tokenstate.checker.sources.global_names_spelt`);
         ``obj.__dict__["ids"]``, ``vars(obj)["ids"]`` and ``module._modules["ids"]`` are ``obj.ids``, and on a module
         (``vars(state)["K"]``, ``sys.modules[__name__].__dict__["K"]``) its global ``state.K``."""
-        namespace, owner = target.value, None
-        if is_globals(namespace):
-            owner = namespace if frame.func is not None else None
-        elif isinstance(namespace, ast.Call) and isinstance(namespace.func, ast.Name) and not namespace.keywords:
-            if namespace.func.id == "vars" and len(namespace.args) == 1:
-                owner = namespace.args[0]
-        elif isinstance(namespace, ast.Attribute) and namespace.attr in NAMESPACES:
-            owner = namespace.value
+        namespace = target.value
+        owner = (namespace if frame.func is not None else None) if is_globals(namespace) else _namespace_owner(namespace)
         # the name is looked for only under a namespace: a key's bindings are read off the function
         keys = self.constant_names(frame, target.slice) if owner is not None else None
         if keys is None or len(keys) != 1:
@@ -566,6 +563,14 @@ class StmtMixin:
             self.unresolved(frame, self.unknown(frame, "stores the forward input or token ids on an object the checker does not model", node), node)
 
 
+def _namespace_owner(namespace: ast.expr) -> ast.expr | None:
+    """The object whose attribute table ``namespace`` is — ``obj`` of ``obj.__dict__``,
+    ``module._modules`` or ``vars(obj)`` — else None."""
+    if isinstance(namespace, ast.Call) and isinstance(namespace.func, ast.Name) and not namespace.keywords:
+        return namespace.args[0] if namespace.func.id == "vars" and len(namespace.args) == 1 else None
+    return namespace.value if isinstance(namespace, ast.Attribute) and namespace.attr in NAMESPACES else None
+
+
 CONSTRUCTORS = frozenset({"__init__", "__new__", "__post_init__"})
 NAMESPACES = frozenset({"__dict__", "_modules", "_buffers", "_parameters"})
 """Attributes of an object that map its attribute names to their values: ``obj.__dict__["a"] = v``
@@ -584,7 +589,8 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
     """The attribute of ``receiver`` that ``test`` asks is not set yet — ``not hasattr(self, "a")``,
     ``getattr(self, "a", None) is None``, a flag (``not self._ready``, ``not getattr(self, "_ready",
     False)``), ``self.a is None``, ``"a" not in self.__dict__`` (or
-    ``self._buffers``, ``vars(self)``) — so that the branch creates it lazily; else None."""
+    ``self._buffers``, ``vars(self)``), or still empty (``self.a.numel() == 0``, ``not len(self.a)``)
+    — so that the branch creates it lazily; else None."""
     def on_receiver(node: ast.expr) -> bool:
         return receiver is not None and isinstance(node, ast.Name) and node.id == receiver
 
@@ -597,6 +603,8 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
         asked = test.operand
         if isinstance(asked, ast.Attribute) and on_receiver(asked.value):  # `not self._ready`
             return asked.attr
+        if (emptied := _sized(asked, receiver)) is not None:  # `not self.staged.numel()`
+            return emptied
         if (isinstance(asked, ast.Call) and isinstance(asked.func, ast.Name) and asked.func.id in ("hasattr", "getattr")
                 and len(asked.args) in (2, 3) and on_receiver(asked.args[0])):  # `not getattr(self, "_ready", False)`
             return named(asked.args[1])
@@ -604,6 +612,9 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return None
     left, op, right = test.left, test.ops[0], test.comparators[0]
+    if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and right.value == 0 and type(right.value) is int:
+        if (emptied := _sized(left, receiver)) is not None:  # `self.staged.numel() == 0`
+            return emptied
     if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and right.value is None:
         if isinstance(left, ast.Attribute) and on_receiver(left.value):
             return left.attr
@@ -617,6 +628,21 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
                 and len(right.args) == 1 and on_receiver(right.args[0])):
             return name
     return None
+
+
+def _sized(node: ast.expr, receiver: str | None) -> str | None:
+    """The attribute of ``receiver`` whose size ``node`` asks — ``self.a.numel()``,
+    ``self.a.nelement()``, ``len(self.a)`` — else None."""
+    if not (isinstance(node, ast.Call) and not node.keywords):
+        return None
+    if isinstance(node.func, ast.Attribute) and node.func.attr in ("numel", "nelement") and not node.args:
+        sized = node.func.value
+    elif isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1:
+        sized = node.args[0]
+    else:
+        return None
+    on_receiver = receiver is not None and isinstance(sized, ast.Attribute) and isinstance(sized.value, ast.Name) and sized.value.id == receiver
+    return sized.attr if on_receiver else None  # type: ignore[union-attr]
 
 
 def _counted_from_zero(test: ast.expr, receiver: str | None) -> str | None:

@@ -359,7 +359,7 @@ class ExternalMixin:
                 # dict(wte=...) keeps its constant keys (nanoGPT's ModuleDict(dict(wte=..., h=...)))
                 known = first.items if isinstance(first, MapV) else (None if args else ())
                 items = None if known is None else (*known, *kwargs)
-                return MapV(join(first.values if isinstance(first, MapV) else OPAQUE, *(v for _, v in kwargs)), items)
+                return MapV(join(_dict_values(first), *(v for _, v in kwargs)), items)
         if dotted in ("itertools.islice", "itertools.chain", "itertools.cycle") and args:
             # islice(self.layers, start, end) (vLLM's pipeline stages): some of the items of its
             # first argument; chain(a, b): the items of each
@@ -402,6 +402,14 @@ class ExternalMixin:
         if name in ALTERNATE_CONSTRUCTORS and owner.rpartition(".")[2][:1].isupper():
             return External(owner, instance=True)  # nn.Embedding.from_pretrained(w): an nn.Embedding
         return derived
+
+
+def _dict_values(source: Value) -> Value:
+    """The values of ``dict(source)``: a mapping's own, or — from pairs (``dict(zip(meta._fields,
+    meta))``, ``dict(items)``) — any part of each pair."""
+    if isinstance(source, MapV):
+        return source.values
+    return element_of(element_of(source)) if isinstance(source, Seq) else OPAQUE
 
 
 def _host_ids_in(value: Value) -> bool:

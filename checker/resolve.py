@@ -503,11 +503,15 @@ closure; a large library's own modules are not patched by its own import)."""
 
 def _class_member_writes(
     stmt: ast.stmt, info: ModuleInfo, loop_items: Callable[[ast.expr], list[ast.expr] | None] | None = None,
+    calling: frozenset[str] = frozenset(),
 ) -> list[tuple[ast.expr, str, ast.expr]]:
     """``(owner, name, value)`` for ``owner.name = value`` and ``setattr(owner, "name", value)`` at
     the top level of module ``info``, and for each of them in a loop over literal items (``for cls in
     (A, B): cls.name = value``, or over a module-level ``MODELS = (A, B)``) — or over items
-    ``loop_items`` works out (``MODELS + EXTRA``) — with the loop's names replaced by each item's parts."""
+    ``loop_items`` works out (``MODELS + EXTRA``) — with the loop's names replaced by each item's parts;
+    and those a call of one of the module's own functions makes (``apply_patches()``,
+    ``patch(Model, fast_ids)``), its parameters replaced by the call's arguments (``calling``: the
+    functions being followed, each followed once)."""
     items: ast.expr | list[ast.expr] | None = stmt.iter if isinstance(stmt, ast.For) else None
     if isinstance(items, ast.Name) and isinstance(bound := info.bindings.get(items.id), ast.Assign):
         items = bound.value
@@ -522,7 +526,7 @@ def _class_member_writes(
             if bound is None:
                 return []  # a loop whose items do not match its target: nothing known to replace
             for inner in stmt.body:
-                writes += _class_member_writes(_Substitute(bound).visit(copy.deepcopy(inner)), info, loop_items)
+                writes += _class_member_writes(_Substitute(bound).visit(copy.deepcopy(inner)), info, loop_items, calling)
         return writes
     if isinstance(stmt, ast.Assign):
         return [(t.value, t.attr, stmt.value) for t in stmt.targets if isinstance(t, ast.Attribute)]
@@ -531,7 +535,56 @@ def _class_member_writes(
         if (isinstance(call.func, ast.Name) and call.func.id == "setattr" and len(args) == 3
                 and isinstance(args[1], ast.Constant) and isinstance(args[1].value, str)):
             return [(args[0], args[1].value, args[2])]
+        called = _called_function(call, info, calling)
+        if called is not None:
+            function, bound = called
+            return [
+                write
+                for inner in top_level_statements(function.body, at_import=True)
+                for write in _class_member_writes(_Substitute(bound).visit(copy.deepcopy(inner)), info, loop_items, calling | {function.name})
+            ]
     return []
+
+
+def _called_function(call: ast.Call, info: ModuleInfo, calling: frozenset[str]) -> tuple[ast.FunctionDef, dict[str, ast.expr]] | None:
+    """The module's own function a top-level call runs (``apply_patches()``), with what each name
+    its body reads is bound to: a parameter the call's argument (or its default); a local it
+    assigns an unknown value (a patch it makes through one is unresolved, not another global's)."""
+    if not isinstance(call.func, ast.Name) or call.func.id in calling or len(calling) >= _MAX_PATCH_CALLS:
+        return None
+    function = info.bindings.get(call.func.id)
+    if not isinstance(function, ast.FunctionDef) or function.decorator_list:
+        return None
+    params = function.args
+    positional = [*params.posonlyargs, *params.args]
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords) or len(call.args) > len(positional):
+        return None  # f(*items), f(**options): which argument is which is not known here
+    bound: dict[str, ast.expr] = dict(zip([p.arg for p in positional][-len(params.defaults):], params.defaults, strict=True)) if params.defaults else {}
+    bound |= {p.arg: d for p, d in zip(params.kwonlyargs, params.kw_defaults, strict=True) if d is not None}
+    bound |= {p.arg: a for p, a in zip(positional, call.args, strict=False)}
+    bound |= {k.arg: k.value for k in call.keywords if k.arg is not None}
+    if any(p.arg not in bound for p in (*positional, *params.kwonlyargs)):
+        return None  # the call would raise TypeError: it patches nothing
+    declared = {n for node in ast.walk(function) if isinstance(node, ast.Global) for n in node.names}
+    for node in ast.walk(function):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign | ast.NamedExpr) else []
+        for name in (n for target in targets for n in _names_bound(target)):
+            if name not in declared and name not in bound:
+                bound[name] = Given(Unknown(f"a local of {function.name}() that patches a class", info.file, node.lineno))
+    return function, bound
+
+
+def _names_bound(target: ast.expr) -> list[str]:
+    """The names an assignment target binds (``a``, ``a, (b, *c)``; not ``obj.a`` nor ``d[k]``)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Starred):
+        return _names_bound(target.value)
+    return [n for elt in target.elts for n in _names_bound(elt)] if isinstance(target, ast.Tuple | ast.List) else []
+
+
+_MAX_PATCH_CALLS = 4
+"""How deep calls of a module's own functions at import are followed for the patches they make."""
 
 
 def _names_class(owner: ast.expr, cls: ClassInfo) -> bool:

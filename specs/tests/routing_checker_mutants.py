@@ -1217,3 +1217,38 @@ def record_methods_opaque(patch: MutantPatch) -> None:
 )
 def first_step_blocks_run_every_call(patch: MutantPatch) -> None:
     patch.setattr(execute_module, "_counters", lambda func, receiver: set())
+
+
+@mutant(
+    "RCK-89/module-table-writes-by-a-computed-name-lost",
+    doc="`module._modules[name] = Wrapper()` with a computed name replaces nothing: the submodule "
+    "it names keeps what it held.",
+)
+def module_table_writes_by_a_computed_name_lost(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "replaced_by_a_computed_name", lambda self, frame, target, value: False)
+
+
+@mutant(
+    "RCK-90/patching-calls-at-import-unfollowed",
+    doc="A call of the module's own function at its top level (`apply_patches()`) patches nothing: "
+    "the class keeps the member its body defines.",
+)
+def patching_calls_at_import_unfollowed(patch: MutantPatch) -> None:
+    patch.setattr(resolve_module, "_called_function", lambda call, info, calling: None)
+
+
+@mutant(
+    "RCK-91/emptiness-tests-not-once-only",
+    doc="A block behind `if self.staged.numel() == 0:` counts as run on every call: the buffer it "
+    "allocates is taken as written by each call, not as what earlier calls left.",
+)
+def emptiness_tests_not_once_only(patch: MutantPatch) -> None:
+    patch.setattr(execute_module, "_sized", lambda node, receiver: None)
+
+
+@mutant(
+    "RCK-92/dicts-of-pairs-opaque",
+    doc="`dict(pairs)` (`dict(zip(meta._fields, meta))`) holds nothing of the pairs' values.",
+)
+def dicts_of_pairs_opaque(patch: MutantPatch) -> None:
+    patch.setattr(externals_module, "_dict_values", lambda source: source.values if isinstance(source, MapV) else OPAQUE)

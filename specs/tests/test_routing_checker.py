@@ -50,7 +50,9 @@ from .routing_checker_mutants import (
     device_ids_checked_in_full_mode_only,
     device_logits_indices_shape_only,
     dict_lookup_joins_every_value,
+    dicts_of_pairs_opaque,
     eafp_and_getattr_defaults_guard_nothing,
+    emptiness_tests_not_once_only,
     engine_spellings_of_shared_memory_unseen,
     every_forward_hook_is_unknown,
     external_base_answers_every_member,
@@ -82,6 +84,7 @@ from .routing_checker_mutants import (
     module_dict_attributes_opaque,
     module_level_class_patches_unseen,
     module_objects_written_out_of_sight,
+    module_table_writes_by_a_computed_name_lost,
     named_tuples_iterated_as_opaque_objects,
     names_spelt_at_run_time_unseen,
     new_taken_to_build_its_class,
@@ -92,6 +95,7 @@ from .routing_checker_mutants import (
     only_suppress_swallows,
     patches_from_other_modules_unseen,
     patches_seen_before_they_run,
+    patching_calls_at_import_unfollowed,
     raised_tokens_dropped,
     record_methods_opaque,
     records_built_from_their_own_annotations,
@@ -630,6 +634,26 @@ def test_a_named_tuple_as_a_dict_or_replaced_keeps_its_fields():
 @pytest.mark.paid("RCK-88", before=first_step_blocks_run_every_call)
 def test_a_buffer_created_on_the_first_step_holds_what_earlier_calls_left():
     assert_zoo("a buffer created on the first step a counter counts", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-89", before=module_table_writes_by_a_computed_name_lost)
+def test_a_submodule_replaced_through_the_module_table_is_the_wrapper():
+    assert_zoo("submodules replaced through the module table", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-90", before=patching_calls_at_import_unfollowed)
+def test_a_method_patched_by_a_function_called_at_import_is_the_patch():
+    assert_zoo("a method patched by a function called at import", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-91", before=emptiness_tests_not_once_only)
+def test_a_buffer_allocated_while_empty_holds_what_earlier_calls_left():
+    assert_zoo("a buffer allocated once while it is empty", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-92", before=dicts_of_pairs_opaque)
+def test_a_dict_built_from_pairs_holds_their_values():
+    assert_zoo("a NamedTuple zipped with its field names", {"honors", "ignores"})
 
 
 OWED_VARIANTS = Path(__file__).resolve().parent / "owed_variants"

@@ -358,3 +358,69 @@ def build_registered_behind_a_flag(config: dict, *, device: torch.device, seed: 
 @entry_point
 def a_buffer_registered_behind_a_ready_flag_filled_on_fresh_steps(model: RegisteredBehindAFlagLM, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+class AllocatedWhenEmptyLM(ServableLM):
+    """Starts with an empty buffer and allocates it once, while it is still empty (`numel() == 0`)."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.staged = torch.zeros(0, dtype=torch.long)
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if self.staged.numel() == 0:
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            self.staged[:n].copy_(inp.host_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+class AllocatedWhenNoLengthLM(AllocatedWhenEmptyLM):
+    """The same empty buffer, allocated under `not len(self.staged)`."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if not len(self.staged):
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            self.staged[:n].copy_(inp.host_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+class AllocatedWhenEmptyOnEveryPathLM(AllocatedWhenEmptyLM):
+    """The same empty buffer, given device ids on the steps whose host ids are stale."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if not self.staged.numel():
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+        n = inp.num_tokens
+        self.staged[:n].copy_(inp.host_tokens.ids if not inp.has_stale_rows else inp.device_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+def build_allocated_when_empty(config: dict, *, device: torch.device, seed: int) -> AllocatedWhenEmptyLM:
+    return AllocatedWhenEmptyLM(config).to(device)
+
+
+def build_allocated_when_no_length(config: dict, *, device: torch.device, seed: int) -> AllocatedWhenNoLengthLM:
+    return AllocatedWhenNoLengthLM(config).to(device)
+
+
+def build_allocated_when_empty_on_every_path(config: dict, *, device: torch.device, seed: int) -> AllocatedWhenEmptyOnEveryPathLM:
+    return AllocatedWhenEmptyOnEveryPathLM(config).to(device)
+
+
+@entry_point
+def a_buffer_allocated_while_empty_filled_on_fresh_steps(model: AllocatedWhenEmptyLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_allocated_while_it_has_no_length_filled_on_fresh_steps(model: AllocatedWhenNoLengthLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_allocated_while_empty_filled_on_every_path(model: AllocatedWhenEmptyOnEveryPathLM, inp: ForwardInput) -> Tensor:
+    return model(inp)

@@ -191,3 +191,17 @@ def named_tuple_replaced_field_carries_host_tokens(model: ServableLM, inp: Forwa
 def named_tuple_as_a_dict_carries_the_embedding_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
     tokens = inp.host_tokens if inp.device_tokens is None else inp.device_tokens
     return model.logits(model.embed(TupleMeta(inp.positions, tokens)._asdict()["tokens"].ids), inp)
+
+
+@entry_point
+def named_tuple_zipped_with_its_field_names_carries_host_tokens(model: ServableLM, inp: ForwardInput) -> Tensor:
+    meta = TupleMeta(inp.positions, inp.host_tokens)
+    fields = dict(zip(meta._fields, meta, strict=True))
+    return model.logits(model.embed(fields["tokens"].ids), inp)
+
+
+@entry_point
+def named_tuple_zipped_with_its_field_names_carries_the_embedding_ids(model: ServableLM, inp: ForwardInput) -> Tensor:
+    tokens = inp.host_tokens if inp.device_tokens is None else inp.device_tokens
+    meta = TupleMeta(inp.positions, tokens)
+    return model.logits(model.embed(dict(zip(meta._fields, meta, strict=True))["tokens"].ids), inp)

@@ -198,3 +198,31 @@ def a_source_set_to_device_ids_by_its_path(model: WithNestedIdsSource, inp: Forw
 @entry_point
 def a_source_replaced_on_a_submodule_got_by_its_path(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+def build_replaced_through_the_module_table(config: dict, *, device: torch.device, seed: int) -> WithNestedIdsSource:
+    model = WithNestedIdsSource(config)
+    for _, module in model.named_modules():
+        for name, child in list(module.named_children()):
+            if type(child) is DeviceIds:
+                module._modules[name] = HostIds()  # nn.Module's own table, under the child's name
+    return model.to(device)
+
+
+def build_device_through_the_module_table(config: dict, *, device: torch.device, seed: int) -> WithNestedIdsSource:
+    model = WithNestedIdsSource(config)
+    for _, module in model.named_modules():
+        for name, child in list(module.named_children()):
+            if type(child) is DeviceIds:
+                module._modules[name] = DeviceIds()
+    return model.to(device)
+
+
+@entry_point
+def a_source_replaced_to_host_ids_through_the_module_table(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_source_replaced_to_device_ids_through_the_module_table(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
+    return model(inp)

@@ -184,3 +184,69 @@ def a_method_patched_to_read_host_ids_in_a_loop_over_computed_items(model: Compu
 @entry_point
 def a_method_patched_to_read_device_ids_in_a_loop_over_computed_items(model: ComputedLoopToDeviceLM, inp: ForwardInput) -> Tensor:
     return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+class PatchedByACallLM(ServableLM):
+    """Reads device ids itself; ``apply_patches()``, called at import, patches it to read host ids."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class PatchedByACallWithTheClassLM(ServableLM):
+    """Reads device ids itself; ``patch_ids_for(PatchedByACallWithTheClassLM, _host_ids_for)`` patches it."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class RestoredByACallLM(ServableLM):
+    """Reads host ids itself; a function called at import patches it to read device ids."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.host_tokens.ids
+
+
+class NeverPatchedLM(ServableLM):
+    """Reads device ids; the function that would patch it is never called."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+def apply_patches() -> None:
+    """The way kernel libraries patch a model family: one function, called when they are imported."""
+    PatchedByACallLM.ids_for = _host_ids_for
+
+
+def patch_ids_for(cls: type, method: Callable[..., Tensor] = _device_ids_for) -> None:
+    cls.ids_for = method
+
+
+def never_called() -> None:
+    NeverPatchedLM.ids_for = _host_ids_for
+
+
+apply_patches()
+patch_ids_for(PatchedByACallWithTheClassLM, _host_ids_for)
+patch_ids_for(RestoredByACallLM)
+
+
+@entry_point
+def a_method_patched_to_read_host_ids_by_a_function_called_at_import(model: PatchedByACallLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_method_patched_to_read_host_ids_by_a_function_given_the_class(model: PatchedByACallWithTheClassLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_method_patched_to_read_device_ids_by_a_function_called_at_import(model: RestoredByACallLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_method_a_function_never_called_would_patch(model: NeverPatchedLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
