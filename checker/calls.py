@@ -275,7 +275,7 @@ class CallMixin:
                 self.assign(frame, ast.Attribute(value=node.args[0], attr=names[0], ctx=ast.Store()), args[2])
                 return OPAQUE
             if _instances(args[0]) and _instances(args[2]):
-                self.replace_some_submodule(frame, node.args[0], args[0], args[2])
+                self.replace_some_submodule(frame, node.args[0], args[0], args[2], node.args[1])
                 return OPAQUE
         if isinstance(func, Bound) and func.name == "apply" and isinstance(func.base, Instance) and len(args) == 1 and is_code(args[0]):
             # model.apply(fn), nn.Module's: fn is called on every submodule, then on the model
@@ -579,29 +579,44 @@ class CallMixin:
             fields = {"args": Seq(args, join(*args))}  # class Carry(Exception): BaseException keeps .args
         return Instance(cls, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
 
-    def replaced_by_a_computed_name(self: Analyzer, frame: Frame, target: ast.expr, value: Value) -> bool:
+    def replaced_by_a_computed_name(self: Analyzer, frame: Frame, target: ast.expr, name: ast.expr, value: Value) -> bool:
         """``module._modules[name] = Wrapper(child)`` (or ``module.__dict__[name]``) with a computed
         name: :meth:`replace_some_submodule`, where ``target`` is an analysed object and ``value``
         one too (whether it was)."""
         owner = self.eval(frame, target)
         if not (_instances(owner) and _instances(value)):
             return False
-        self.replace_some_submodule(frame, target, owner, value)
+        self.replace_some_submodule(frame, target, owner, value, name)
         return True
 
-    def replace_some_submodule(self: Analyzer, frame: Frame, target: ast.expr, owner: Value, value: Value) -> None:
+    def replace_some_submodule(self: Analyzer, frame: Frame, target: ast.expr, owner: Value, value: Value, name: ast.expr | None = None) -> None:
         """``setattr(module, name, Wrapper(child))`` with a computed name, as a module-replacement
         pass writes it (``for name, child in module.named_children(): ...``): each submodule
         ``module`` holds may now be ``value`` instead — ``module`` any of the analysed objects
-        ``owner`` may be (``for _, module in model.named_modules():``)."""
+        ``owner`` may be (``for _, module in model.named_modules():``) — or, where ``name`` is the
+        name the walk gave ``child``, only those ``child`` may still be there (the pass's own filter,
+        ``if isinstance(child, OtherIds):``, narrowed it)."""
         objects = [o for o in getattr(owner, "options", (owner,)) if isinstance(o, Instance)]
+        among = self.partner_classes(frame, name)
         for obj in objects:
-            for name, held in self.current(frame, obj).fields:
-                if isinstance(held, Instance) and any(self.related(held.info, new) for new in _instances(value)):
+            for field, held in self.current(frame, obj).fields:
+                if not (isinstance(held, Instance) and (among is None or held.info in among)):
+                    continue
+                if any(self.related(held.info, new) for new in _instances(value)):
                     if len(objects) == 1:
-                        self.assign(frame, ast.Attribute(value=target, attr=name, ctx=ast.Store()), join(held, value))
+                        self.assign(frame, ast.Attribute(value=target, attr=field, ctx=ast.Store()), join(held, value))
                     else:
-                        frame.record_writes(obj.info, {name: join(held, value)})
+                        frame.record_writes(obj.info, {field: join(held, value)})
+
+    def partner_classes(self: Analyzer, frame: Frame, name: ast.expr | None) -> set[ClassInfo] | None:
+        """The classes of the submodule whose walk name ``name`` is (``child`` of ``for name, child in
+        module.named_children()``), as narrowed where it is used; None where not known (``name`` not
+        such a name, or ``child`` possibly an object the analysis does not model)."""
+        partner = frame.partners.get(name.id) if isinstance(name, ast.Name) else None
+        if partner is None:
+            return None
+        options = getattr(child := self.eval(frame, ast.Name(id=partner, ctx=ast.Load())), "options", (child,))
+        return {o.info for o in options} if all(isinstance(o, Instance) for o in options) else None
 
     def submodule_at(self: Analyzer, frame: Frame, model: Instance, method: str, node: ast.Call, args: tuple[Value, ...]) -> Value:
         """``model.get_submodule("stack.source")``: the object at that path; ``model.set_submodule(path,

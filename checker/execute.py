@@ -352,6 +352,7 @@ class StmtMixin:
         if isinstance(target, ast.Name):
             frame.aliases.pop(target.id, None)  # bound anew: no longer names what it named
             frame.default_cells.pop(target.id, None)
+            frame.partners = {k: v for k, v in frame.partners.items() if target.id not in (k, v)}
             cell = closure_cell(frame, target.id) if target.id in frame.nonlocals_declared else None
             if target.id in frame.globals_declared:
                 frame.write_cell(module_cell(frame, target.id), value)
@@ -363,11 +364,14 @@ class StmtMixin:
                 frame.narrow = {k: v for k, v in frame.narrow.items() if k != fresh_row_fact(target.id)}
         elif isinstance(target, ast.Tuple | ast.List):
             value = self.record_items(value) or value  # a, b = meta: a NamedTuple's fields in order
+            value = _position_wise(value, len(target.elts)) or value
             starred = any(isinstance(e, ast.Starred) for e in target.elts)
             pairwise = isinstance(value, Seq) and value.items is not None and len(value.items) == len(target.elts)
             for index, elt in enumerate(target.elts):
                 part = value.items[index] if pairwise and not starred else element_of(value)  # type: ignore[union-attr, index]
                 self.assign(frame, elt, part)
+            if pairwise and not starred and _names_a_submodule(target.elts, value.items):  # type: ignore[union-attr, arg-type]
+                frame.partners[target.elts[0].id] = target.elts[1].id  # type: ignore[attr-defined]
         elif isinstance(target, ast.Starred):
             self.assign(frame, target.value, Seq(None, value))
         elif isinstance(target, ast.Attribute):
@@ -405,7 +409,7 @@ class StmtMixin:
                     self.assign(frame, spelt, value)
                 return
             owner = _namespace_owner(target.value)
-            if owner is not None and self.replaced_by_a_computed_name(frame, owner, value):
+            if owner is not None and self.replaced_by_a_computed_name(frame, owner, target.slice, value):
                 return
             base = self.eval(frame, target.value)
             self.eval(frame, target.slice)
@@ -561,6 +565,24 @@ class StmtMixin:
             any(isinstance(v, Input | Tokens) for v in getattr(value, "options", (value,))) or has_ids(value)
         ):
             self.unresolved(frame, self.unknown(frame, "stores the forward input or token ids on an object the checker does not model", node), node)
+
+
+def _position_wise(value: Value, length: int) -> Seq | None:
+    """Tuples of ``length`` items that ``value`` may be (a pair from any of several modules' walks),
+    as one tuple whose each position may be what any of them holds there; else None."""
+    options = getattr(value, "options", None)
+    if not options or not all(isinstance(o, Seq) and o.items is not None and len(o.items) == length for o in options):
+        return None
+    return Seq(tuple(join(*(o.items[i] for o in options)) for i in range(length)), join(*(o.elem for o in options)))
+
+
+def _names_a_submodule(targets: list[ast.expr], parts: tuple[Value, ...]) -> bool:
+    """Whether ``name, child = pair`` binds a walk's pair (``named_children()``, ``named_modules()``):
+    two names, the second bound to analysed objects, the first to a name of no value here."""
+    return (
+        len(targets) == 2 and all(isinstance(t, ast.Name) for t in targets) and parts[0] == OPAQUE
+        and any(isinstance(o, Instance) for o in getattr(parts[1], "options", (parts[1],)))
+    )
 
 
 def _namespace_owner(namespace: ast.expr) -> ast.expr | None:

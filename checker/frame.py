@@ -87,6 +87,9 @@ class Frame:
     # local names bound to an attribute or another name (`buf = model.input_ids`): filling one in
     # place fills what it names
     aliases: dict[str, ast.expr] = field(default_factory=dict)
+    # a name bound to the name a walk gives a submodule (`for name, child in module.named_children()`)
+    # -> the name bound to that submodule: `setattr(module, name, w)` replaces the one `child` is
+    partners: dict[str, str] = field(default_factory=dict)
     params: frozenset[str] = frozenset()  # the function's parameter names
     # what this call filled in place into the objects its parameters name (`dst[:n].copy_(src)`)
     param_fills: dict[str, Value] = field(default_factory=dict)

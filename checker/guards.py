@@ -89,6 +89,13 @@ class GuardMixin:
             and len(test.args) == 2
         ):
             return self.isinstance_facts(frame, test.args[0], test.args[1])
+        if (
+            isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is | ast.Eq | ast.IsNot | ast.NotEq)
+            and isinstance(call := test.left, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "type"
+            and len(call.args) == 1 and not call.keywords
+        ):  # `type(child) is DeviceIds`: the subject is an instance of exactly that class
+            when_true, when_false = self.isinstance_facts(frame, call.args[0], test.comparators[0], exact=True)
+            return (when_true, when_false) if isinstance(test.ops[0], ast.Is | ast.Eq) else (when_false, when_true)
         return facts_of_value(self.eval(frame, test))
 
     def none_compare_facts(self: Analyzer, frame: Frame, test: ast.Compare) -> tuple[Facts, Facts]:
@@ -98,11 +105,13 @@ class GuardMixin:
             return Facts(is_none, {}, not is_none), Facts(not is_none, {}, is_none)
         return _NOTHING, _NOTHING
 
-    def isinstance_facts(self: Analyzer, frame: Frame, subject: ast.expr, classes: ast.expr) -> tuple[Facts, Facts]:
+    def isinstance_facts(self: Analyzer, frame: Frame, subject: ast.expr, classes: ast.expr, *, exact: bool = False) -> tuple[Facts, Facts]:
+        """``isinstance(subject, classes)`` — or, ``exact``, ``type(subject) is classes`` — narrows
+        ``subject`` to the objects that match on the true side and to the others on the false side."""
         path = expression_path(subject)
         value = self.eval(frame, subject)
         wanted = self.eval(frame, classes)
-        if value == Tokens("device"):
+        if value == Tokens("device") and not exact:
             # isinstance(inp.device_tokens, DeviceTokens): true exactly when device ids are present
             options = (wanted.items or ()) if isinstance(wanted, Seq) else (wanted,)
             if any(isinstance(c, External) and c.dotted.rpartition(".")[2] == "DeviceTokens" for c in options):
@@ -115,7 +124,8 @@ class GuardMixin:
         matching, other = [], []
         for option in getattr(value, "options", (value,)):
             if isinstance(option, Instance):
-                (matching if infos & set(self.mro(option.info)) else other).append(option)
+                matches = option.info in infos if exact else bool(infos & set(self.mro(option.info)))
+                (matching if matches else other).append(option)
             else:  # unknown or external: may or may not be an instance
                 matching.append(option)
                 other.append(option)

@@ -120,10 +120,10 @@ def only_is_none_guards(patch: MutantPatch) -> None:
     original = Analyzer.isinstance_facts
     nothing = Facts(False, {})
 
-    def isinstance_facts(self, frame, subject, classes):  # type: ignore[no-untyped-def]
+    def isinstance_facts(self, frame, subject, classes, *, exact=False):  # type: ignore[no-untyped-def]
         if self.eval(frame, subject) == Tokens("device"):
             return nothing, nothing
-        return original(self, frame, subject, classes)
+        return original(self, frame, subject, classes, exact=exact)
 
     patch.setattr(Analyzer, "isinstance_facts", isinstance_facts)
     patch.setattr(Analyzer, "flag_of", lambda self, frame, test: None)
@@ -1091,7 +1091,7 @@ def patches_from_other_modules_unseen(patch: MutantPatch) -> None:
     "the submodules a module-replacement pass (`model.apply(fn)`) swaps keep their `__init__` values.",
 )
 def replacement_passes_unseen(patch: MutantPatch) -> None:
-    patch.setattr(Analyzer, "replace_some_submodule", lambda self, frame, target, owner, value: None)
+    patch.setattr(Analyzer, "replace_some_submodule", lambda self, frame, target, owner, value, name=None: None)
 
 
 @mutant(
@@ -1225,7 +1225,7 @@ def first_step_blocks_run_every_call(patch: MutantPatch) -> None:
     "it names keeps what it held.",
 )
 def module_table_writes_by_a_computed_name_lost(patch: MutantPatch) -> None:
-    patch.setattr(Analyzer, "replaced_by_a_computed_name", lambda self, frame, target, value: False)
+    patch.setattr(Analyzer, "replaced_by_a_computed_name", lambda self, frame, target, name, value: False)
 
 
 @mutant(
@@ -1252,3 +1252,22 @@ def emptiness_tests_not_once_only(patch: MutantPatch) -> None:
 )
 def dicts_of_pairs_opaque(patch: MutantPatch) -> None:
     patch.setattr(externals_module, "_dict_values", lambda source: source.values if isinstance(source, MapV) else OPAQUE)
+
+
+@mutant(
+    "RCK-93/replacement-filters-ignored",
+    doc="A replacement pass's `setattr(module, name, w)` may replace any submodule sharing a class with "
+    "`w`: the pass's own filter on the child the walk paired with `name` is not applied.",
+)
+def replacement_filters_ignored(patch: MutantPatch) -> None:
+    patch.setattr(execute_module, "_names_a_submodule", lambda targets, parts: False)
+
+
+@mutant(
+    "RCK-94/exact-type-tests-as-isinstance",
+    doc="`type(child) is K` narrows `child` as `isinstance(child, K)` does: instances of K's subclasses "
+    "are taken to pass it too.",
+)
+def exact_type_tests_as_isinstance(patch: MutantPatch) -> None:
+    original = Analyzer.isinstance_facts
+    patch.setattr(Analyzer, "isinstance_facts", lambda self, frame, subject, classes, *, exact=False: original(self, frame, subject, classes))

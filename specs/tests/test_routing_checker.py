@@ -55,6 +55,7 @@ from .routing_checker_mutants import (
     emptiness_tests_not_once_only,
     engine_spellings_of_shared_memory_unseen,
     every_forward_hook_is_unknown,
+    exact_type_tests_as_isinstance,
     external_base_answers_every_member,
     external_methods_take_the_input_as_data,
     fills_seen_by_name_only,
@@ -101,6 +102,7 @@ from .routing_checker_mutants import (
     records_built_from_their_own_annotations,
     registries_indexed_as_data,
     replaced_init_followed_and_constants_unread,
+    replacement_filters_ignored,
     replacement_passes_unseen,
     rows_and_replaced_inputs_unseen,
     single_dispatch_is_a_plain_decorator,
@@ -654,6 +656,16 @@ def test_a_buffer_allocated_while_empty_holds_what_earlier_calls_left():
 @pytest.mark.paid("RCK-92", before=dicts_of_pairs_opaque)
 def test_a_dict_built_from_pairs_holds_their_values():
     assert_zoo("a NamedTuple zipped with its field names", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-93", before=replacement_filters_ignored)
+def test_a_replacement_pass_replaces_only_what_its_filter_lets_through():
+    assert_zoo("a replacement pass's own filter", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-94", before=exact_type_tests_as_isinstance)
+def test_an_exact_type_test_narrows_to_that_class_only():
+    assert_zoo("a replacement pass filtered by exact type", {"honors", "ignores"})
 
 
 OWED_VARIANTS = Path(__file__).resolve().parent / "owed_variants"

@@ -359,6 +359,10 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.wrapping_patches", "a_method_a_function_never_called_would_patch"): ("honors", "a method patched by a function called at import"),
     ("czoo.records", "named_tuple_zipped_with_its_field_names_carries_host_tokens"): ("ignores", "a NamedTuple zipped with its field names"),
     ("czoo.records", "named_tuple_zipped_with_its_field_names_carries_the_embedding_ids"): ("honors", "a NamedTuple zipped with its field names"),
+    ("czoo.replaced_modules", "a_pass_filtered_to_an_unused_sibling"): ("honors", "a replacement pass's own filter"),
+    ("czoo.replaced_modules", "a_pass_filtered_to_the_used_source"): ("ignores", "a replacement pass's own filter"),
+    ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_spare"): ("honors", "a replacement pass filtered by exact type"),
+    ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_source"): ("ignores", "a replacement pass filtered by exact type"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -418,6 +422,10 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.lazy_state", "a_buffer_created_on_the_first_step_filled_on_every_path"): ("czoo.lazy_state", "build_first_step_buffer_on_every_path"),
     ("czoo.replaced_modules", "a_source_replaced_to_host_ids_through_the_module_table"): ("czoo.replaced_modules", "build_replaced_through_the_module_table"),
     ("czoo.replaced_modules", "a_source_replaced_to_device_ids_through_the_module_table"): ("czoo.replaced_modules", "build_device_through_the_module_table"),
+    ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_spare"): ("czoo.replaced_modules", "build_exact_type_to_the_spare"),
+    ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_source"): ("czoo.replaced_modules", "build_exact_type_to_the_source"),
+    ("czoo.replaced_modules", "a_pass_filtered_to_an_unused_sibling"): ("czoo.replaced_modules", "build_filtered_to_the_unused_sibling"),
+    ("czoo.replaced_modules", "a_pass_filtered_to_the_used_source"): ("czoo.replaced_modules", "build_filtered_to_the_used_source"),
     ("czoo.lazy_state", "a_buffer_allocated_while_empty_filled_on_fresh_steps"): ("czoo.lazy_state", "build_allocated_when_empty"),
     ("czoo.lazy_state", "a_buffer_allocated_while_it_has_no_length_filled_on_fresh_steps"): ("czoo.lazy_state", "build_allocated_when_no_length"),
     ("czoo.lazy_state", "a_buffer_allocated_while_empty_filled_on_every_path"): ("czoo.lazy_state", "build_allocated_when_empty_on_every_path"),

@@ -226,3 +226,85 @@ def a_source_replaced_to_host_ids_through_the_module_table(model: WithNestedIdsS
 @entry_point
 def a_source_replaced_to_device_ids_through_the_module_table(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+class UnusedIds(DeviceIds):
+    """A sibling of the ids source, held but never called."""
+
+
+class WithAnUnusedSibling(ServableLM):
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.ids_source = DeviceIds()
+        self.spare = UnusedIds()
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return self.logits(self.embed(self.ids_source(inp)), inp)
+
+
+def build_filtered_to_the_unused_sibling(config: dict, *, device: torch.device, seed: int) -> WithAnUnusedSibling:
+    model = WithAnUnusedSibling(config)
+    for _, module in model.named_modules():
+        for name, child in list(module.named_children()):
+            if isinstance(child, UnusedIds):  # the pass's own filter: only the spare is replaced
+                setattr(module, name, HostIds())
+    return model.to(device)
+
+
+def build_filtered_to_the_used_source(config: dict, *, device: torch.device, seed: int) -> WithAnUnusedSibling:
+    model = WithAnUnusedSibling(config)
+    for module in model.modules():
+        for name, child in module.named_children():
+            if not isinstance(child, UnusedIds):
+                module._modules[name] = HostIds()
+    return model.to(device)
+
+
+@entry_point
+def a_pass_filtered_to_an_unused_sibling(model: WithAnUnusedSibling, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_pass_filtered_to_the_used_source(model: WithAnUnusedSibling, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+class WithASubclassedSource(ServableLM):
+    """Its ids source is a subclass of the spare's class: an exact-type filter tells them apart."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.ids_source = UnusedIds()  # (a DeviceIds subclass) the one the forward calls
+        self.spare = DeviceIds()
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return self.logits(self.embed(self.ids_source(inp)), inp)
+
+
+def build_exact_type_to_the_spare(config: dict, *, device: torch.device, seed: int) -> WithASubclassedSource:
+    model = WithASubclassedSource(config)
+    for _, module in model.named_modules():
+        for name, child in list(module.named_children()):
+            if type(child) is DeviceIds:  # not the subclass the forward calls
+                setattr(module, name, HostIds())
+    return model.to(device)
+
+
+def build_exact_type_to_the_source(config: dict, *, device: torch.device, seed: int) -> WithASubclassedSource:
+    model = WithASubclassedSource(config)
+    for _, module in model.named_modules():
+        for name, child in list(module.named_children()):
+            if type(child) == UnusedIds:  # noqa: E721 (the spelling under test)
+                setattr(module, name, HostIds())
+    return model.to(device)
+
+
+@entry_point
+def a_pass_filtered_by_exact_type_to_the_spare(model: WithASubclassedSource, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_pass_filtered_by_exact_type_to_the_source(model: WithASubclassedSource, inp: ForwardInput) -> Tensor:
+    return model(inp)
