@@ -239,7 +239,9 @@ class StmtMixin:
                 states.append(frame.snapshot())
                 facts.append((frame.fresh, frame.narrow))
         frame.merge(states or [base])
-        created = _created_when_unset(test, frame.self_name) if not _constructing(frame) else None
+        created, block = (_created_when_unset(test, frame.self_name), body) if not _constructing(frame) else (None, body)
+        if created is None and orelse and not _constructing(frame):  # `if self._ready: ... else: <create>`
+            created, block = _created_when_unset(ast.UnaryOp(op=ast.Not(), operand=test), frame.self_name), orelse
         once = created is not None and created in frame.self_writes and created not in base[3]
         counter = _counted_from_zero(test, frame.self_name) if not once and frame.func is not None else None
         if counter is not None and not _constructing(frame):  # `if self._step == 0:`, then `self._step += 1`
@@ -247,7 +249,7 @@ class StmtMixin:
         if once:
             # what the branch creates (`self.staged = ...; self._ready = True`) is created once: each
             # is held as created, see Frame.lazy_fields
-            for name in (created, *(n for n in _receiver_writes(body, frame.self_name) if n not in base[3])):
+            for name in (created, *(n for n in _receiver_writes(block, frame.self_name) if n not in base[3])):
                 if name in frame.self_writes:
                     # or what an earlier call left there, where the receiver holds it (RCK-76's
                     # second pass: `if self.last is None:` is false once a call kept ids in it)
@@ -610,25 +612,26 @@ def _constructing(frame: Frame) -> bool:
 def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
     """The attribute of ``receiver`` that ``test`` asks is not set yet — ``not hasattr(self, "a")``,
     ``getattr(self, "a", None) is None``, a flag (``not self._ready``, ``not getattr(self, "_ready",
-    False)``), ``self.a is None``, ``"a" not in self.__dict__`` (or
+    False)``, ``self._ready is False``, ``== False``, ``is not True``, ``not
+    self.__dict__.get("_ready")``), ``self.a is None``, ``"a" not in self.__dict__`` (or
     ``self._buffers``, ``vars(self)``), or still empty (``self.a.numel() == 0``, ``not len(self.a)``)
-    — so that the branch creates it lazily; else None."""
+    — also as one part of an ``and`` / ``or`` — so that the branch creates it lazily; else None."""
     def on_receiver(node: ast.expr) -> bool:
         return receiver is not None and isinstance(node, ast.Name) and node.id == receiver
 
     def named(node: ast.expr) -> str | None:
         return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):  # `self.buf is None or too small`
+    if isinstance(test, ast.BoolOp):  # `self.buf is None or too small`, `not self._ready and enabled`
         return next((name for part in test.values if (name := _created_when_unset(part, receiver)) is not None), None)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         asked = test.operand
-        if isinstance(asked, ast.Attribute) and on_receiver(asked.value):  # `not self._ready`
-            return asked.attr
+        if (flag := _flag_read(asked, receiver)) is not None:  # `not self._ready`, `not getattr(self, "_ready", False)`
+            return flag
         if (emptied := _sized(asked, receiver)) is not None:  # `not self.staged.numel()`
             return emptied
-        if (isinstance(asked, ast.Call) and isinstance(asked.func, ast.Name) and asked.func.id in ("hasattr", "getattr")
-                and len(asked.args) in (2, 3) and on_receiver(asked.args[0])):  # `not getattr(self, "_ready", False)`
+        if (isinstance(asked, ast.Call) and isinstance(asked.func, ast.Name) and asked.func.id == "hasattr"
+                and len(asked.args) == 2 and on_receiver(asked.args[0])):  # `not hasattr(self, "staged")`
             return named(asked.args[1])
         return None
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
@@ -637,6 +640,10 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
     if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and right.value == 0 and type(right.value) is int:
         if (emptied := _sized(left, receiver)) is not None:  # `self.staged.numel() == 0`
             return emptied
+    if isinstance(right, ast.Constant) and (
+        (isinstance(op, ast.Is | ast.Eq) and right.value is False) or (isinstance(op, ast.IsNot | ast.NotEq) and right.value is True)
+    ):  # `self._ready is False`, `getattr(self, "_ready", None) is not True`
+        return _flag_read(left, receiver)
     if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and right.value is None:
         if isinstance(left, ast.Attribute) and on_receiver(left.value):
             return left.attr
@@ -650,6 +657,27 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
                 and len(right.args) == 1 and on_receiver(right.args[0])):
             return name
     return None
+
+
+def _flag_read(node: ast.expr, receiver: str | None) -> str | None:
+    """The attribute of ``receiver`` that ``node`` reads as a flag — ``self._ready``,
+    ``getattr(self, "_ready"[, default])``, ``self.__dict__.get("_ready"[, default])``,
+    ``vars(self).get("_ready")`` — else None."""
+    def on_receiver(owner: ast.expr) -> bool:
+        return receiver is not None and isinstance(owner, ast.Name) and owner.id == receiver
+
+    if isinstance(node, ast.Attribute):
+        return node.attr if on_receiver(node.value) else None
+    if not (isinstance(node, ast.Call) and not node.keywords and node.args):
+        return None
+    key = node.args[1] if isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) in (2, 3) and on_receiver(node.args[0]) else None
+    if isinstance(node.func, ast.Attribute) and node.func.attr == "get" and len(node.args) in (1, 2):
+        table = node.func.value  # self.__dict__.get("_ready"), vars(self).get("_ready")
+        if (isinstance(table, ast.Attribute) and table.attr == "__dict__" and on_receiver(table.value)) or (
+            isinstance(table, ast.Call) and isinstance(table.func, ast.Name) and table.func.id == "vars" and len(table.args) == 1 and on_receiver(table.args[0])
+        ):
+            key = node.args[0]
+    return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
 
 
 def _sized(node: ast.expr, receiver: str | None) -> str | None:

@@ -1271,3 +1271,26 @@ def replacement_filters_ignored(patch: MutantPatch) -> None:
 def exact_type_tests_as_isinstance(patch: MutantPatch) -> None:
     original = Analyzer.isinstance_facts
     patch.setattr(Analyzer, "isinstance_facts", lambda self, frame, subject, classes, *, exact=False: original(self, frame, subject, classes))
+
+
+@mutant(
+    "RCK-95/once-only-flags-in-few-spellings",
+    doc="Only `not self._ready` and `not getattr(self, \"_ready\", False)` mark a block run once: "
+    "`is False`, `== False`, `is not True`, `self.__dict__.get(...)`, a part of an `and`, and the "
+    "`else` of a test that the flag is set count as run on every call.",
+)
+def once_only_flags_in_few_spellings(patch: MutantPatch) -> None:
+    original = execute_module._created_when_unset
+
+    def fewer(test: ast.expr, receiver: str | None) -> str | None:
+        if not hasattr(test, "lineno"):  # the `else` of `if self._ready:`, asked as `not <test>`
+            return None
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+            return None
+        if isinstance(test, ast.Compare) and any(isinstance(c, ast.Constant) and isinstance(c.value, bool) for c in test.comparators):
+            return None
+        if any(isinstance(n, ast.Attribute) and n.attr == "get" for n in ast.walk(test)):
+            return None
+        return original(test, receiver)
+
+    patch.setattr(execute_module, "_created_when_unset", fewer)

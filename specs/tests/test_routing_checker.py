@@ -90,6 +90,7 @@ from .routing_checker_mutants import (
     names_spelt_at_run_time_unseen,
     new_taken_to_build_its_class,
     none_beside_device_tokens_dropped,
+    once_only_flags_in_few_spellings,
     one_level_of_star_imports,
     only_embedding_sinks_count,
     only_is_none_guards,
@@ -666,6 +667,11 @@ def test_a_replacement_pass_replaces_only_what_its_filter_lets_through():
 @pytest.mark.paid("RCK-94", before=exact_type_tests_as_isinstance)
 def test_an_exact_type_test_narrows_to_that_class_only():
     assert_zoo("a replacement pass filtered by exact type", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-95", before=once_only_flags_in_few_spellings)
+def test_a_buffer_created_once_behind_a_flag_in_any_spelling_holds_what_earlier_calls_left():
+    assert_zoo("a buffer created once behind a flag, spelt otherwise", {"honors", "ignores"})
 
 
 OWED_VARIANTS = Path(__file__).resolve().parent / "owed_variants"

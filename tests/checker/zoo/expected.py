@@ -363,6 +363,12 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.replaced_modules", "a_pass_filtered_to_the_used_source"): ("ignores", "a replacement pass's own filter"),
     ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_spare"): ("honors", "a replacement pass filtered by exact type"),
     ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_source"): ("ignores", "a replacement pass filtered by exact type"),
+    ("czoo.lazy_state", "a_buffer_created_once_behind_a_flag_is_false_filled_on_fresh_steps"): ("ignores", "a buffer created once behind a flag, spelt otherwise"),
+    ("czoo.lazy_state", "a_buffer_created_once_behind_a_flag_is_not_true_filled_on_fresh_steps"): ("ignores", "a buffer created once behind a flag, spelt otherwise"),
+    ("czoo.lazy_state", "a_buffer_created_once_behind_a_flag_in_the_dict_filled_on_fresh_steps"): ("ignores", "a buffer created once behind a flag, spelt otherwise"),
+    ("czoo.lazy_state", "a_buffer_created_once_behind_a_flag_and_a_switch_filled_on_fresh_steps"): ("ignores", "a buffer created once behind a flag, spelt otherwise"),
+    ("czoo.lazy_state", "a_buffer_created_once_in_the_else_of_a_flag_filled_on_fresh_steps"): ("ignores", "a buffer created once behind a flag, spelt otherwise"),
+    ("czoo.lazy_state", "a_buffer_created_once_behind_a_flag_equal_to_false_filled_on_every_path"): ("honors", "a buffer created once behind a flag, spelt otherwise"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -422,6 +428,12 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.lazy_state", "a_buffer_created_on_the_first_step_filled_on_every_path"): ("czoo.lazy_state", "build_first_step_buffer_on_every_path"),
     ("czoo.replaced_modules", "a_source_replaced_to_host_ids_through_the_module_table"): ("czoo.replaced_modules", "build_replaced_through_the_module_table"),
     ("czoo.replaced_modules", "a_source_replaced_to_device_ids_through_the_module_table"): ("czoo.replaced_modules", "build_device_through_the_module_table"),
+    ("czoo.lazy_state", "a_buffer_created_once_behind_a_flag_is_false_filled_on_fresh_steps"): ("czoo.lazy_state", "build_ready_is_false"),
+    ("czoo.lazy_state", "a_buffer_created_once_behind_a_flag_is_not_true_filled_on_fresh_steps"): ("czoo.lazy_state", "build_ready_is_not_true"),
+    ("czoo.lazy_state", "a_buffer_created_once_behind_a_flag_in_the_dict_filled_on_fresh_steps"): ("czoo.lazy_state", "build_ready_in_the_dict"),
+    ("czoo.lazy_state", "a_buffer_created_once_behind_a_flag_and_a_switch_filled_on_fresh_steps"): ("czoo.lazy_state", "build_ready_and_enabled"),
+    ("czoo.lazy_state", "a_buffer_created_once_in_the_else_of_a_flag_filled_on_fresh_steps"): ("czoo.lazy_state", "build_ready_else_create"),
+    ("czoo.lazy_state", "a_buffer_created_once_behind_a_flag_equal_to_false_filled_on_every_path"): ("czoo.lazy_state", "build_ready_equals_false_on_every_path"),
     ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_spare"): ("czoo.replaced_modules", "build_exact_type_to_the_spare"),
     ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_source"): ("czoo.replaced_modules", "build_exact_type_to_the_source"),
     ("czoo.replaced_modules", "a_pass_filtered_to_an_unused_sibling"): ("czoo.replaced_modules", "build_filtered_to_the_unused_sibling"),

@@ -424,3 +424,127 @@ def a_buffer_allocated_while_it_has_no_length_filled_on_fresh_steps(model: Alloc
 @entry_point
 def a_buffer_allocated_while_empty_filled_on_every_path(model: AllocatedWhenEmptyOnEveryPathLM, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+class FlagSpellingLM(ServableLM):
+    """Allocates its buffer once behind a flag (declared False in ``__init__``), spelt as each
+    subclass spells the test; stages host ids on fresh steps only."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self._ready = False
+
+    def ensure_staged(self) -> None:
+        raise NotImplementedError
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        self.ensure_staged()
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            self.staged[:n].copy_(inp.host_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+class ReadyIsFalseLM(FlagSpellingLM):
+    def ensure_staged(self) -> None:
+        if self._ready is False:
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+            self._ready = True
+
+
+class ReadyIsNotTrueLM(FlagSpellingLM):
+    def ensure_staged(self) -> None:
+        if getattr(self, "_ready", None) is not True:
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+            self._ready = True
+
+
+class ReadyInTheDictLM(FlagSpellingLM):
+    def ensure_staged(self) -> None:
+        if not self.__dict__.get("_ready"):
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+            self._ready = True
+
+
+class ReadyAndEnabledLM(FlagSpellingLM):
+    enabled = True
+
+    def ensure_staged(self) -> None:
+        if not self._ready and self.enabled:
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+            self._ready = True
+
+
+class ReadyElseCreateLM(FlagSpellingLM):
+    def ensure_staged(self) -> None:
+        if self._ready:
+            pass
+        else:
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+            self._ready = True
+
+
+class ReadyEqualsFalseOnEveryPathLM(FlagSpellingLM):
+    """The flag spelt ``== False``; the buffer given device ids on the steps whose host ids are stale."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if self._ready == False:  # noqa: E712 (the spelling under test)
+            self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+            self._ready = True
+        n = inp.num_tokens
+        self.staged[:n].copy_(inp.host_tokens.ids if not inp.has_stale_rows else inp.device_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+def build_ready_is_false(config: dict, *, device: torch.device, seed: int) -> ReadyIsFalseLM:
+    return ReadyIsFalseLM(config).to(device)
+
+
+def build_ready_is_not_true(config: dict, *, device: torch.device, seed: int) -> ReadyIsNotTrueLM:
+    return ReadyIsNotTrueLM(config).to(device)
+
+
+def build_ready_in_the_dict(config: dict, *, device: torch.device, seed: int) -> ReadyInTheDictLM:
+    return ReadyInTheDictLM(config).to(device)
+
+
+def build_ready_and_enabled(config: dict, *, device: torch.device, seed: int) -> ReadyAndEnabledLM:
+    return ReadyAndEnabledLM(config).to(device)
+
+
+def build_ready_else_create(config: dict, *, device: torch.device, seed: int) -> ReadyElseCreateLM:
+    return ReadyElseCreateLM(config).to(device)
+
+
+def build_ready_equals_false_on_every_path(config: dict, *, device: torch.device, seed: int) -> ReadyEqualsFalseOnEveryPathLM:
+    return ReadyEqualsFalseOnEveryPathLM(config).to(device)
+
+
+@entry_point
+def a_buffer_created_once_behind_a_flag_is_false_filled_on_fresh_steps(model: ReadyIsFalseLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_created_once_behind_a_flag_is_not_true_filled_on_fresh_steps(model: ReadyIsNotTrueLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_created_once_behind_a_flag_in_the_dict_filled_on_fresh_steps(model: ReadyInTheDictLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_created_once_behind_a_flag_and_a_switch_filled_on_fresh_steps(model: ReadyAndEnabledLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_created_once_in_the_else_of_a_flag_filled_on_fresh_steps(model: ReadyElseCreateLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_created_once_behind_a_flag_equal_to_false_filled_on_every_path(model: ReadyEqualsFalseOnEveryPathLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
