@@ -78,6 +78,7 @@ class Analyzer(CallMixin, ExternalMixin, StmtMixin, ExprMixin, GuardMixin, Resol
         self._sharing_globals: dict[str, dict[str, frozenset[str]]] = {}
         self._decorating: set[ast.AST] = set()  # defs whose decorators are being applied
         self._record_fields: dict[ClassInfo, list[RecordField] | None] = {}
+        self._early_returns: dict[ast.stmt, ast.If | None] = {}  # `if self._ready: return`, read as its `if not`
         # module globals some call wrote through the module object (state.K = v): their scope
         # cells, which a plain read of the name consults (a ContextVar's cell, of the same name,
         # holds the scope's value, not the variable)

@@ -22,7 +22,6 @@ from tokenstate.checker.frame import (
 )
 from tokenstate.checker.guards import Facts, fresh_row_fact, meet, never_taken
 from tokenstate.checker.values import (
-    NAMED_SETTERS,
     NO_KEY,
     OPAQUE,
     Alt,
@@ -59,7 +58,28 @@ __all__ = ["StmtMixin"]
 class StmtMixin:
     def exec_block(self: Analyzer, frame: Frame, body: list[ast.stmt]) -> bool:
         """Run ``body``; True when it always leaves the function (return/raise)."""
-        return any(self.exec_stmt(frame, stmt) for stmt in body)
+        for index, stmt in enumerate(body):
+            if isinstance(stmt, ast.If) and not _constructing(frame):
+                rest = self.unless_set(stmt, body[index + 1:], frame.self_name)
+                if rest is not None:
+                    return self.exec_stmt(frame, rest)
+            if self.exec_stmt(frame, stmt):
+                return True
+        return False
+
+    def unless_set(self: Analyzer, stmt: ast.If, rest: list[ast.stmt], receiver: str | None) -> ast.If | None:
+        """``if self._ready: return`` followed by ``rest`` (an ``_ensure_initialised`` helper), read as
+        ``if not self._ready: <rest>`` — a once-only block (see :meth:`branch`) — where the test
+        asks that a receiver attribute is set; else None."""
+        if stmt not in self._early_returns:
+            returns = (
+                len(stmt.body) == 1 and isinstance(ret := stmt.body[0], ast.Return) and not stmt.orelse and bool(rest)
+                and (ret.value is None or (isinstance(ret.value, ast.Constant) and ret.value.value is None))
+            )
+            unset = ast.copy_location(ast.UnaryOp(op=ast.Not(), operand=stmt.test), stmt.test)
+            once = returns and _created_when_unset(unset, receiver) is not None
+            self._early_returns[stmt] = ast.copy_location(ast.If(test=unset, body=list(rest), orelse=[]), stmt) if once else None
+        return self._early_returns[stmt]
 
     def exec_stmt(self: Analyzer, frame: Frame, stmt: ast.stmt) -> bool:
         if isinstance(stmt, ast.Return):
@@ -229,7 +249,8 @@ class StmtMixin:
         when_true, when_false = self.guard(frame, test)
         base, states, facts = frame.snapshot(), [], []
         start = (frame.fresh, frame.narrow)
-        for block, guard_facts in ((body, when_true), (orelse, when_false)):
+        written: list[set[str]] = [set(), set()]  # what each side assigns on the receiver, itself or by a call
+        for side, (block, guard_facts) in enumerate(((body, when_true), (orelse, when_false))):
             if never_taken(start[0], guard_facts):  # no device ids on this path: that side is never taken
                 continue
             frame.restore(base)
@@ -238,18 +259,19 @@ class StmtMixin:
             if not self.exec_block(frame, block):
                 states.append(frame.snapshot())
                 facts.append((frame.fresh, frame.narrow))
+                written[side] = _assigned_since(base[3], frame.self_writes)
         frame.merge(states or [base])
-        created, block = (_created_when_unset(test, frame.self_name), body) if not _constructing(frame) else (None, body)
+        created, side = (_created_when_unset(test, frame.self_name), 0) if not _constructing(frame) else (None, 0)
         if created is None and orelse and not _constructing(frame):  # `if self._ready: ... else: <create>`
-            created, block = _created_when_unset(ast.UnaryOp(op=ast.Not(), operand=test), frame.self_name), orelse
+            created, side = _created_when_unset(ast.UnaryOp(op=ast.Not(), operand=test), frame.self_name), 1
         once = created is not None and created in frame.self_writes and created not in base[3]
         counter = _counted_from_zero(test, frame.self_name) if not once and frame.func is not None else None
         if counter is not None and not _constructing(frame):  # `if self._step == 0:`, then `self._step += 1`
             once = counter in _counters(frame.func.node, frame.self_name)
         if once:
-            # what the branch creates (`self.staged = ...; self._ready = True`) is created once: each
-            # is held as created, see Frame.lazy_fields
-            for name in (created, *(n for n in _receiver_writes(block, frame.self_name) if n not in base[3])):
+            # what the branch creates (`self.staged = ...; self._ready = True`, or a helper it calls:
+            # `self._setup()`) is created once: each is held as created, see Frame.lazy_fields
+            for name in (created, *sorted(written[side])):
                 if name in frame.self_writes:
                     # or what an earlier call left there, where the receiver holds it (RCK-76's
                     # second pass: `if self.last is None:` is false once a call kept ids in it)
@@ -725,23 +747,10 @@ def _counters(func: ast.AST, receiver: str | None) -> set[str]:
     return up - other
 
 
-def _receiver_writes(body: list[ast.stmt], receiver: str | None) -> list[str]:
-    """The attributes of ``receiver`` that statements in ``body`` assign (``self.staged = ...``), or
-    set by a fixed name (``self.register_buffer("staged", ...)``, ``setattr(self, "staged", ...)``)."""
-    names = []
-    for node in (n for stmt in body for n in ast.walk(stmt)):
-        names += _receiver_targets(node, receiver)
-        if isinstance(node, ast.Call) and len(node.args) >= 2:
-            func, (first, second) = node.func, node.args[:2]
-            if isinstance(func, ast.Attribute) and func.attr in NAMED_SETTERS and isinstance(func.value, ast.Name) and func.value.id == receiver:
-                named = first
-            elif isinstance(func, ast.Name) and func.id == "setattr" and isinstance(first, ast.Name) and first.id == receiver:
-                named = second
-            else:
-                continue
-            if isinstance(named, ast.Constant) and isinstance(named.value, str):
-                names.append(named.value)
-    return names
+def _assigned_since(before: dict[str, Value], after: dict[str, Value]) -> set[str]:
+    """The receiver's attributes a block assigned that were not assigned before it (the block's own
+    ``self.staged = ...`` and ``register_buffer("staged", ...)``, and those a method it calls assigns)."""
+    return set(after) - set(before)
 
 
 def _receiver_targets(node: ast.AST, receiver: str | None) -> list[str]:

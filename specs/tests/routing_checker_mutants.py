@@ -1180,7 +1180,7 @@ def named_tuples_iterated_as_opaque_objects(patch: MutantPatch) -> None:
     "block as the flag it sets (`if not getattr(self, \"_ready\", False):`) counts as written by every call.",
 )
 def flag_guarded_creations_written_by_every_call(patch: MutantPatch) -> None:
-    patch.setattr(execute_module, "_receiver_writes", lambda body, receiver: [])
+    patch.setattr(execute_module, "_assigned_since", lambda before, after: set())
 
 
 @mutant(
@@ -1294,3 +1294,12 @@ def once_only_flags_in_few_spellings(patch: MutantPatch) -> None:
         return original(test, receiver)
 
     patch.setattr(execute_module, "_created_when_unset", fewer)
+
+
+@mutant(
+    "RCK-96/early-returns-once-set-run-every-call",
+    doc="`if self._ready: return` followed by the allocation counts as an ordinary branch: what follows "
+    "it is taken as written by every call.",
+)
+def early_returns_once_set_run_every_call(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "unless_set", lambda self, stmt, rest, receiver: None)

@@ -52,6 +52,7 @@ from .routing_checker_mutants import (
     dict_lookup_joins_every_value,
     dicts_of_pairs_opaque,
     eafp_and_getattr_defaults_guard_nothing,
+    early_returns_once_set_run_every_call,
     emptiness_tests_not_once_only,
     engine_spellings_of_shared_memory_unseen,
     every_forward_hook_is_unknown,
@@ -672,6 +673,11 @@ def test_an_exact_type_test_narrows_to_that_class_only():
 @pytest.mark.paid("RCK-95", before=once_only_flags_in_few_spellings)
 def test_a_buffer_created_once_behind_a_flag_in_any_spelling_holds_what_earlier_calls_left():
     assert_zoo("a buffer created once behind a flag, spelt otherwise", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-96", before=early_returns_once_set_run_every_call)
+def test_a_buffer_allocated_after_an_early_return_once_set_holds_what_earlier_calls_left():
+    assert_zoo("a buffer allocated after an early return once set", {"honors", "ignores"})
 
 
 OWED_VARIANTS = Path(__file__).resolve().parent / "owed_variants"

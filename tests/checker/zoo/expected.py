@@ -369,6 +369,10 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.lazy_state", "a_buffer_created_once_behind_a_flag_and_a_switch_filled_on_fresh_steps"): ("ignores", "a buffer created once behind a flag, spelt otherwise"),
     ("czoo.lazy_state", "a_buffer_created_once_in_the_else_of_a_flag_filled_on_fresh_steps"): ("ignores", "a buffer created once behind a flag, spelt otherwise"),
     ("czoo.lazy_state", "a_buffer_created_once_behind_a_flag_equal_to_false_filled_on_every_path"): ("honors", "a buffer created once behind a flag, spelt otherwise"),
+    ("czoo.lazy_state", "a_buffer_a_helper_sets_up_once_behind_a_flag_filled_on_fresh_steps"): ("ignores", "a buffer created once behind a ready flag"),
+    ("czoo.lazy_state", "a_buffer_set_up_once_in_one_assignment_filled_on_fresh_steps"): ("ignores", "a buffer created once behind a ready flag"),
+    ("czoo.lazy_state", "a_buffer_allocated_after_an_early_return_filled_on_fresh_steps"): ("ignores", "a buffer allocated after an early return once set"),
+    ("czoo.lazy_state", "a_buffer_allocated_after_an_early_return_filled_on_every_path"): ("honors", "a buffer allocated after an early return once set"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -434,6 +438,10 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.lazy_state", "a_buffer_created_once_behind_a_flag_and_a_switch_filled_on_fresh_steps"): ("czoo.lazy_state", "build_ready_and_enabled"),
     ("czoo.lazy_state", "a_buffer_created_once_in_the_else_of_a_flag_filled_on_fresh_steps"): ("czoo.lazy_state", "build_ready_else_create"),
     ("czoo.lazy_state", "a_buffer_created_once_behind_a_flag_equal_to_false_filled_on_every_path"): ("czoo.lazy_state", "build_ready_equals_false_on_every_path"),
+    ("czoo.lazy_state", "a_buffer_a_helper_sets_up_once_behind_a_flag_filled_on_fresh_steps"): ("czoo.lazy_state", "build_set_up_by_a_helper"),
+    ("czoo.lazy_state", "a_buffer_set_up_once_in_one_assignment_filled_on_fresh_steps"): ("czoo.lazy_state", "build_set_up_in_one_assignment"),
+    ("czoo.lazy_state", "a_buffer_allocated_after_an_early_return_filled_on_fresh_steps"): ("czoo.lazy_state", "build_returns_once_ready"),
+    ("czoo.lazy_state", "a_buffer_allocated_after_an_early_return_filled_on_every_path"): ("czoo.lazy_state", "build_returns_once_ready_on_every_path"),
     ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_spare"): ("czoo.replaced_modules", "build_exact_type_to_the_spare"),
     ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_source"): ("czoo.replaced_modules", "build_exact_type_to_the_source"),
     ("czoo.replaced_modules", "a_pass_filtered_to_an_unused_sibling"): ("czoo.replaced_modules", "build_filtered_to_the_unused_sibling"),

@@ -548,3 +548,79 @@ def a_buffer_created_once_in_the_else_of_a_flag_filled_on_fresh_steps(model: Rea
 @entry_point
 def a_buffer_created_once_behind_a_flag_equal_to_false_filled_on_every_path(model: ReadyEqualsFalseOnEveryPathLM, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+class SetUpByAHelperLM(FlagSpellingLM):
+    """Its once-only block calls a helper that allocates the buffer and sets the flag."""
+
+    def ensure_staged(self) -> None:
+        if not self._ready:
+            self._set_up()
+
+    def _set_up(self) -> None:
+        self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+        self._ready = True
+
+
+class SetUpInOneAssignmentLM(FlagSpellingLM):
+    """Allocates the buffer and sets the flag in one tuple assignment."""
+
+    def ensure_staged(self) -> None:
+        if not self._ready:
+            self.staged, self._ready = torch.zeros(MAX_TOKENS, dtype=torch.long), True
+
+
+class ReturnsOnceReadyLM(FlagSpellingLM):
+    """``if self._ready: return`` first, the allocation after it: the rest of the helper runs once."""
+
+    def ensure_staged(self) -> None:
+        if getattr(self, "_ready", False):
+            return
+        self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+        self._ready = True
+
+
+class ReturnsOnceReadyOnEveryPathLM(ReturnsOnceReadyLM):
+    """The same early return, the buffer given device ids on the steps whose host ids are stale."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        self.ensure_staged()
+        n = inp.num_tokens
+        self.staged[:n].copy_(inp.host_tokens.ids if not inp.has_stale_rows else inp.device_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+def build_set_up_by_a_helper(config: dict, *, device: torch.device, seed: int) -> SetUpByAHelperLM:
+    return SetUpByAHelperLM(config).to(device)
+
+
+def build_set_up_in_one_assignment(config: dict, *, device: torch.device, seed: int) -> SetUpInOneAssignmentLM:
+    return SetUpInOneAssignmentLM(config).to(device)
+
+
+def build_returns_once_ready(config: dict, *, device: torch.device, seed: int) -> ReturnsOnceReadyLM:
+    return ReturnsOnceReadyLM(config).to(device)
+
+
+def build_returns_once_ready_on_every_path(config: dict, *, device: torch.device, seed: int) -> ReturnsOnceReadyOnEveryPathLM:
+    return ReturnsOnceReadyOnEveryPathLM(config).to(device)
+
+
+@entry_point
+def a_buffer_a_helper_sets_up_once_behind_a_flag_filled_on_fresh_steps(model: SetUpByAHelperLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_set_up_once_in_one_assignment_filled_on_fresh_steps(model: SetUpInOneAssignmentLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_allocated_after_an_early_return_filled_on_fresh_steps(model: ReturnsOnceReadyLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_allocated_after_an_early_return_filled_on_every_path(model: ReturnsOnceReadyOnEveryPathLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
