@@ -285,12 +285,14 @@ class CallMixin:
             return model
         if (
             isinstance(node.func, ast.Attribute) and node.func.attr in NAMED_SETTERS and len(node.args) >= 2
-            and isinstance(self.eval(frame, node.func.value), Instance)
+            and _instances(self.eval(frame, node.func.value))  # an analysed object (any of those it may be)
         ):
             names = self.constant_names(frame, node.args[0])
             if names is not None and len(names) == 1:  # module.register_buffer("name", t): module.name = t
                 self.assign(frame, ast.Attribute(value=node.func.value, attr=names[0], ctx=ast.Store()), args[1])
                 return OPAQUE
+            if names is None and self.replaced_by_a_computed_name(frame, node.func.value, node.args[0], args[1]):
+                return OPAQUE  # module.add_module(name, Wrapper()) in a replacement pass
         if isinstance(node.func, ast.Attribute) and node.func.attr in IN_PLACE_WRITES:
             # buf[:n].copy_(ids), buf.index_copy_(0, i, ids); called unbound on the class
             # (torch.Tensor.copy_(buf, ids)), the tensor written into is the first argument

@@ -348,6 +348,8 @@ class ExternalMixin:
                 return Seq(None, Seq(parts, join(*parts)))
             if name in ("list", "tuple") and isinstance(first, Seq) and first.items is not None:
                 return Seq(first.items, first.elem)  # tuple(meta)[1]: the items, in order
+            if name == "reversed" and isinstance(first, Seq) and first.items is not None:
+                return Seq(first.items[::-1], first.elem)
             if name in _SEQ_BUILTINS:
                 return Seq(None, element_of(first)) if args else Seq((), OPAQUE)
             if name == "next":

@@ -11,7 +11,7 @@ import builtins
 import contextlib
 import copy
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from tokenstate.checker.evaluate import Given, element_of
 from tokenstate.checker.sources import ModuleInfo, SourceError, top_level_statements
@@ -512,9 +512,12 @@ def _class_member_writes(
     and those a call of one of the module's own functions makes (``apply_patches()``,
     ``patch(Model, fast_ids)``), its parameters replaced by the call's arguments (``calling``: the
     functions being followed, each followed once)."""
+    if isinstance(stmt, ast.Expr | ast.Assign) and (loop := _comprehension_loop(stmt.value)) is not None:
+        return _class_member_writes(loop, info, loop_items, calling)  # [setattr(c, "f", g) for c in (A,)]
     items: ast.expr | list[ast.expr] | None = stmt.iter if isinstance(stmt, ast.For) else None
     if isinstance(items, ast.Name) and isinstance(bound := info.bindings.get(items.id), ast.Assign):
         items = bound.value
+    items = _dict_items(items, info) if isinstance(items, ast.Dict | ast.Call) else items
     if isinstance(items, ast.Tuple | ast.List) and not any(isinstance(e, ast.Starred) for e in items.elts):
         items = items.elts
     elif isinstance(stmt, ast.For) and loop_items is not None and _writes_members(stmt):
@@ -525,11 +528,13 @@ def _class_member_writes(
             bound = _loop_bindings(stmt.target, item)
             if bound is None:
                 return []  # a loop whose items do not match its target: nothing known to replace
-            for inner in stmt.body:
-                writes += _class_member_writes(_Substitute(bound).visit(copy.deepcopy(inner)), info, loop_items, calling)
+            substituted = [_Substitute(bound).visit(copy.deepcopy(inner)) for inner in stmt.body]
+            for inner in _statements_run(substituted, info):  # in an `if` of the body too
+                writes += _class_member_writes(inner, info, loop_items, calling)
         return writes
     if isinstance(stmt, ast.Assign):
-        return [(t.value, t.attr, stmt.value) for t in stmt.targets if isinstance(t, ast.Attribute)]
+        pairs = [pair for target in stmt.targets for pair in [(target, stmt.value), *_unpacked(target, stmt.value)]]
+        return [(t.value, t.attr, v) for t, v in pairs if isinstance(t, ast.Attribute)]
     if isinstance(stmt, ast.Expr) and isinstance(call := stmt.value, ast.Call):
         args = call.args
         if (isinstance(call.func, ast.Name) and call.func.id == "setattr" and len(args) == 3
@@ -544,6 +549,110 @@ def _class_member_writes(
                 for write in _class_member_writes(_Substitute(bound).visit(copy.deepcopy(inner)), info, loop_items, calling | {function.name})
             ]
     return []
+
+
+def _statements_run(body: list[ast.stmt], info: ModuleInfo) -> list[ast.stmt]:
+    """The statements of a patching loop's body (its names replaced by one item) that may run, as
+    :func:`~tokenstate.checker.sources.top_level_statements` gives them, leaving out the side of an
+    ``if`` whose test is decided for that item (``if cls is ModelA:``, ``if isinstance(cls, type):``,
+    ``if DEBUG:`` with ``DEBUG = False``)."""
+    out: list[ast.stmt] = []
+    for stmt in body:
+        decided = _decided(stmt.test, info) if isinstance(stmt, ast.If) else None
+        if decided is None:
+            out += top_level_statements([stmt], at_import=True)
+        else:
+            out += _statements_run(stmt.body if decided else stmt.orelse, info)  # type: ignore[attr-defined]
+    return out
+
+
+def _decided(test: ast.expr, info: ModuleInfo) -> bool | None:
+    """What ``test`` is at the top level of module ``info``, where the source alone tells: a
+    constant, a module-level name bound once to one, ``not``, ``and`` / ``or``, ``is`` / ``is not``
+    between two definitions, ``isinstance(x, type)`` of a definition or a constant; else None."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _decided(test.operand, info)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp):  # `and`: false once a part is; `or`: true once a part is
+        parts = [_decided(part, info) for part in test.values]
+        settles = isinstance(test.op, ast.Or)
+        return settles if settles in parts else (not settles if all(p is not None for p in parts) else None)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is | ast.IsNot):
+        left, right = _definition(test.left, info), _definition(test.comparators[0], info)
+        if left is None or right is None:
+            return None
+        return (left == right) is isinstance(test.ops[0], ast.Is)
+    if (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" and len(test.args) == 2
+            and isinstance(test.args[1], ast.Name) and test.args[1].id == "type" and "type" not in info.bindings):
+        subject = _definition(test.args[0], info)
+        return None if subject is None else subject[0] == "class"
+    definition = _definition(test, info)
+    return bool(definition[1]) if definition is not None and definition[0] == "constant" else None
+
+
+def _definition(expr: ast.expr, info: ModuleInfo) -> tuple[str, object] | None:
+    """What ``expr`` names, where its module's source fixes it: ``("class", dotted name)``,
+    ``("function", dotted name)`` or ``("constant", value)``; else None."""
+    if isinstance(expr, Given):
+        value = expr.value
+        return ("class", value.info.dotted) if isinstance(value, ClassRef) else None
+    if isinstance(expr, ast.Constant):
+        return ("constant", expr.value)
+    if not isinstance(expr, ast.Name):
+        return None
+    bound = info.bindings.get(expr.id)
+    if isinstance(bound, ast.ClassDef):
+        return ("class", f"{info.name}.{expr.id}")
+    if isinstance(bound, ast.FunctionDef | ast.AsyncFunctionDef):
+        return ("function", f"{info.name}.{expr.id}")
+    constant = bound.value if isinstance(bound, ast.Assign) and len(bound.targets) == 1 else None
+    return ("constant", constant.value) if isinstance(constant, ast.Constant) and _bound_once(expr.id, info) else None
+
+
+def _bound_once(name: str, info: ModuleInfo) -> bool:
+    """Whether the module's top level assigns ``name`` in one statement only (a flag never changed)."""
+    assigned = [
+        stmt for stmt in top_level_statements(info.tree.body)
+        if isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign)
+        and any(isinstance(t, ast.Name) and t.id == name for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]))
+    ]
+    return len(assigned) == 1 and not any(isinstance(n, ast.Global) and name in n.names for n in ast.walk(info.tree))
+
+
+def _unpacked(target: ast.expr, value: ast.expr) -> list[tuple[ast.expr, ast.expr]]:
+    """``(target, value)`` for each part of a tuple assignment of a literal tuple
+    (``_original, Model.ids_for = Model.ids_for, patched``)."""
+    if not (isinstance(target, ast.Tuple | ast.List) and isinstance(value, ast.Tuple | ast.List) and len(target.elts) == len(value.elts)):
+        return []
+    return list(zip(target.elts, value.elts, strict=True))
+
+
+def _comprehension_loop(value: ast.expr) -> ast.For | None:
+    """The loop a top-level list or set comprehension runs for its effects (``[setattr(c, "f", g)
+    for c in (A, B)]``), as a ``for`` statement (its conditions an ``if`` in the body); else None."""
+    if not (isinstance(value, ast.ListComp | ast.SetComp) and len(value.generators) == 1) or value.generators[0].is_async:
+        return None
+    generator = value.generators[0]
+    body: ast.stmt = ast.Expr(value=value.elt)
+    for condition in reversed(generator.ifs):
+        body = ast.If(test=condition, body=[body], orelse=[])
+    return ast.copy_location(ast.For(target=generator.target, iter=generator.iter, body=[body], orelse=[]), value)
+
+
+def _dict_items(items: ast.expr, info: ModuleInfo) -> ast.expr:
+    """A loop over a dict literal — ``{A: f}`` (its keys), ``{A: f}.items()``, ``.keys()``,
+    ``.values()``, or the same of a module-level ``PATCHES = {...}`` — as a list literal of what it
+    gives; any other ``items`` as it is."""
+    table, part = items, "keys"
+    if isinstance(items, ast.Call) and isinstance(items.func, ast.Attribute) and not items.args and not items.keywords:
+        table, part = items.func.value, items.func.attr
+    if isinstance(table, ast.Name) and isinstance(bound := info.bindings.get(table.id), ast.Assign):
+        table = bound.value
+    if not isinstance(table, ast.Dict) or part not in ("items", "keys", "values") or any(k is None for k in table.keys):
+        return items
+    keys = cast("list[ast.expr]", table.keys)
+    found = {"keys": keys, "values": table.values, "items": [ast.Tuple(elts=[k, v], ctx=ast.Load()) for k, v in zip(keys, table.values, strict=True)]}
+    return ast.List(elts=found[part], ctx=ast.Load())
 
 
 def _called_function(call: ast.Call, info: ModuleInfo, calling: frozenset[str]) -> tuple[ast.FunctionDef, dict[str, ast.expr]] | None:

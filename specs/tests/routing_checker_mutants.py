@@ -1303,3 +1303,29 @@ def once_only_flags_in_few_spellings(patch: MutantPatch) -> None:
 )
 def early_returns_once_set_run_every_call(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "unless_set", lambda self, stmt, rest, receiver: None)
+
+
+@mutant(
+    "RCK-97/patch-statement-shapes-unseen",
+    doc="Only a plain `Model.f = g` (or `setattr`) at the top level patches: a comprehension run for its "
+    "effects and a tuple assignment patch nothing.",
+)
+def patch_statement_shapes_unseen(patch: MutantPatch) -> None:
+    patch.setattr(resolve_module, "_comprehension_loop", lambda value: None)
+    patch.setattr(resolve_module, "_unpacked", lambda target, value: [])
+
+
+@mutant(
+    "RCK-98/dict-patch-loops-unseen",
+    doc="A loop over a dict of patches (`for cls, fn in PATCHES.items()`) patches nothing.",
+)
+def dict_patch_loops_unseen(patch: MutantPatch) -> None:
+    patch.setattr(resolve_module, "_dict_items", lambda items, info: items)
+
+
+@mutant(
+    "RCK-99/patches-in-loop-tests-unseen",
+    doc="A patch inside an `if` of a patching loop's body is not seen, whatever the test.",
+)
+def patches_in_loop_tests_unseen(patch: MutantPatch) -> None:
+    patch.setattr(resolve_module, "_statements_run", lambda body, info: [s for s in body if not isinstance(s, ast.If)])

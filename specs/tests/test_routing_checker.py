@@ -50,6 +50,7 @@ from .routing_checker_mutants import (
     device_ids_checked_in_full_mode_only,
     device_logits_indices_shape_only,
     dict_lookup_joins_every_value,
+    dict_patch_loops_unseen,
     dicts_of_pairs_opaque,
     eafp_and_getattr_defaults_guard_nothing,
     early_returns_once_set_run_every_call,
@@ -96,7 +97,9 @@ from .routing_checker_mutants import (
     only_embedding_sinks_count,
     only_is_none_guards,
     only_suppress_swallows,
+    patch_statement_shapes_unseen,
     patches_from_other_modules_unseen,
+    patches_in_loop_tests_unseen,
     patches_seen_before_they_run,
     patching_calls_at_import_unfollowed,
     raised_tokens_dropped,
@@ -678,6 +681,21 @@ def test_a_buffer_created_once_behind_a_flag_in_any_spelling_holds_what_earlier_
 @pytest.mark.paid("RCK-96", before=early_returns_once_set_run_every_call)
 def test_a_buffer_allocated_after_an_early_return_once_set_holds_what_earlier_calls_left():
     assert_zoo("a buffer allocated after an early return once set", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-97", before=patch_statement_shapes_unseen)
+def test_a_method_patched_in_a_comprehension_or_a_tuple_assignment_is_the_patch():
+    assert_zoo("a method patched in a comprehension or a tuple assignment", {"ignores"})
+
+
+@pytest.mark.paid("RCK-98", before=dict_patch_loops_unseen)
+def test_a_method_patched_over_a_dict_of_patches_is_the_patch():
+    assert_zoo("a method patched in a loop over a dict of patches", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-99", before=patches_in_loop_tests_unseen)
+def test_a_patch_behind_an_if_in_a_loop_applies_where_its_test_may_hold():
+    assert_zoo("a method patched behind an if in a loop", {"honors", "ignores"})
 
 
 OWED_VARIANTS = Path(__file__).resolve().parent / "owed_variants"

@@ -373,6 +373,15 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.lazy_state", "a_buffer_set_up_once_in_one_assignment_filled_on_fresh_steps"): ("ignores", "a buffer created once behind a ready flag"),
     ("czoo.lazy_state", "a_buffer_allocated_after_an_early_return_filled_on_fresh_steps"): ("ignores", "a buffer allocated after an early return once set"),
     ("czoo.lazy_state", "a_buffer_allocated_after_an_early_return_filled_on_every_path"): ("honors", "a buffer allocated after an early return once set"),
+    ("czoo.wrapping_patches", "a_method_patched_to_read_host_ids_in_a_comprehension"): ("ignores", "a method patched in a comprehension or a tuple assignment"),
+    ("czoo.wrapping_patches", "a_method_patched_to_read_host_ids_in_a_tuple_assignment"): ("ignores", "a method patched in a comprehension or a tuple assignment"),
+    ("czoo.wrapping_patches", "a_method_patched_to_read_host_ids_over_a_dict_of_patches"): ("ignores", "a method patched in a loop over a dict of patches"),
+    ("czoo.wrapping_patches", "a_method_patched_to_read_device_ids_over_a_dict_of_patches"): ("honors", "a method patched in a loop over a dict of patches"),
+    ("czoo.wrapping_patches", "a_method_patched_to_read_host_ids_over_reversed_items"): ("ignores", "a method patched in a loop over classes"),
+    ("czoo.wrapping_patches", "a_method_patched_to_read_host_ids_behind_a_test_in_a_loop"): ("ignores", "a method patched behind an if in a loop"),
+    ("czoo.wrapping_patches", "a_method_a_loop_test_leaves_alone"): ("honors", "a method patched behind an if in a loop"),
+    ("czoo.wrapping_patches", "a_method_patched_only_behind_a_switch_that_is_off"): ("honors", "a method patched behind an if in a loop"),
+    ("czoo.replaced_modules", "a_source_replaced_to_host_ids_by_add_module"): ("ignores", "submodules replaced through the module table"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -442,6 +451,7 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.lazy_state", "a_buffer_set_up_once_in_one_assignment_filled_on_fresh_steps"): ("czoo.lazy_state", "build_set_up_in_one_assignment"),
     ("czoo.lazy_state", "a_buffer_allocated_after_an_early_return_filled_on_fresh_steps"): ("czoo.lazy_state", "build_returns_once_ready"),
     ("czoo.lazy_state", "a_buffer_allocated_after_an_early_return_filled_on_every_path"): ("czoo.lazy_state", "build_returns_once_ready_on_every_path"),
+    ("czoo.replaced_modules", "a_source_replaced_to_host_ids_by_add_module"): ("czoo.replaced_modules", "build_replaced_by_add_module"),
     ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_spare"): ("czoo.replaced_modules", "build_exact_type_to_the_spare"),
     ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_source"): ("czoo.replaced_modules", "build_exact_type_to_the_source"),
     ("czoo.replaced_modules", "a_pass_filtered_to_an_unused_sibling"): ("czoo.replaced_modules", "build_filtered_to_the_unused_sibling"),

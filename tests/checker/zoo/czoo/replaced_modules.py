@@ -308,3 +308,17 @@ def a_pass_filtered_by_exact_type_to_the_spare(model: WithASubclassedSource, inp
 @entry_point
 def a_pass_filtered_by_exact_type_to_the_source(model: WithASubclassedSource, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+def build_replaced_by_add_module(config: dict, *, device: torch.device, seed: int) -> WithNestedIdsSource:
+    model = WithNestedIdsSource(config)
+    for module in model.modules():
+        for name, child in list(module.named_children()):
+            if isinstance(child, DeviceIds):
+                module.add_module(name, HostIds())  # nn.Module's own setter, under the child's name
+    return model.to(device)
+
+
+@entry_point
+def a_source_replaced_to_host_ids_by_add_module(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
+    return model(inp)

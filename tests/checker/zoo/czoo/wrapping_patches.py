@@ -250,3 +250,116 @@ def a_method_patched_to_read_device_ids_by_a_function_called_at_import(model: Re
 @entry_point
 def a_method_a_function_never_called_would_patch(model: NeverPatchedLM, inp: ForwardInput) -> Tensor:
     return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+class PatchedInAComprehensionLM(ServableLM):
+    """Reads device ids itself; a top-level comprehension patches it to read host ids."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class PatchedInATupleAssignmentLM(PatchedInAComprehensionLM):
+    """Patched beside keeping its own member, in one tuple assignment."""
+
+
+_comprehended = [setattr(c, "ids_for", _host_ids_for) for c in (PatchedInAComprehensionLM,)]
+_kept_ids_for, PatchedInATupleAssignmentLM.ids_for = PatchedInATupleAssignmentLM.ids_for, _host_ids_for
+
+
+@entry_point
+def a_method_patched_to_read_host_ids_in_a_comprehension(model: PatchedInAComprehensionLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_method_patched_to_read_host_ids_in_a_tuple_assignment(model: PatchedInATupleAssignmentLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+class PatchedOverADictLM(ServableLM):
+    """Reads device ids itself; a loop over a module-level dict of patches patches it."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class RestoredOverADictLM(ServableLM):
+    """Reads host ids itself; the same loop gives it a device-reading member."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.host_tokens.ids
+
+
+class PatchedOverReversedItemsLM(PatchedOverADictLM):
+    """Patched in a loop over ``reversed((...))``."""
+
+
+PATCHES = {PatchedOverADictLM: _host_ids_for, RestoredOverADictLM: _device_ids_for}
+for _cls, _method in PATCHES.items():
+    _cls.ids_for = _method
+
+for _cls in reversed((PatchedOverReversedItemsLM,)):
+    _cls.ids_for = _host_ids_for
+
+
+@entry_point
+def a_method_patched_to_read_host_ids_over_a_dict_of_patches(model: PatchedOverADictLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_method_patched_to_read_device_ids_over_a_dict_of_patches(model: RestoredOverADictLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_method_patched_to_read_host_ids_over_reversed_items(model: PatchedOverReversedItemsLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+class PickedInALoopLM(ServableLM):
+    """Reads device ids itself; a loop over mixed items patches the classes among them."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class SkippedInALoopLM(PickedInALoopLM):
+    """Named in the same loop, but its ``if`` leaves it alone."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class SkippedByAFlagLM(PickedInALoopLM):
+    """Patched only behind a module-level switch that is off."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+DEBUG_HOST_IDS = False
+
+for _cls in (None, "legacy", PickedInALoopLM, SkippedInALoopLM):
+    if isinstance(_cls, type) and _cls is not SkippedInALoopLM:
+        _cls.ids_for = _host_ids_for
+
+for _cls in (SkippedByAFlagLM,):
+    if DEBUG_HOST_IDS:
+        _cls.ids_for = _host_ids_for
+
+
+@entry_point
+def a_method_patched_to_read_host_ids_behind_a_test_in_a_loop(model: PickedInALoopLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_method_a_loop_test_leaves_alone(model: SkippedInALoopLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_method_patched_only_behind_a_switch_that_is_off(model: SkippedByAFlagLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
