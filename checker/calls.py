@@ -399,6 +399,9 @@ class CallMixin:
             ids = args[spec.ids_index] if len(args) > spec.ids_index else kwarg_value(kwargs, spec.ids_keywords)
             self.sink(frame, f"{inst.info.dotted}(ids) [{sink}]", ids or OPAQUE, node)
             return OPAQUE
+        rebound = self.rebound_forward(frame, inst)
+        if rebound is not None:
+            return self.call(frame, rebound, args, kwargs, node)
         member = None
         for name in ("__call__", "forward"):
             member = self.class_member(inst.info, name)
@@ -409,6 +412,16 @@ class CallMixin:
             owner = member[0].dotted.rpartition(".")[0]
             return self.call(frame, Bound(External(owner, instance=True), "forward"), args, kwargs, node)
         return self.call(frame, self.unknown(frame, f"{inst.info.dotted} instance is not callable", node), args, kwargs, node)
+
+    def rebound_forward(self: Analyzer, frame: Frame, inst: Instance) -> Value | None:
+        """The code ``module.forward = fn`` put on the instance: nn.Module's ``__call__`` calls
+        ``self.forward``, which finds the instance's own attribute first (a class with its own
+        ``__call__`` runs that instead). None where none was set."""
+        rebound = self.current(frame, inst).field("forward")
+        own_call = self.class_member(inst.info, "__call__")
+        if rebound is None or not is_code(rebound) or (own_call is not None and isinstance(own_call[0], Func)):
+            return None
+        return rebound
 
     def call_bound(self: Analyzer, frame: Frame, func: Bound, args: tuple[Value, ...], kwargs: tuple[tuple[str, Value], ...], node: ast.AST) -> Value:
         base, name = func.base, func.name

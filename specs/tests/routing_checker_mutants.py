@@ -1329,3 +1329,11 @@ def dict_patch_loops_unseen(patch: MutantPatch) -> None:
 )
 def patches_in_loop_tests_unseen(patch: MutantPatch) -> None:
     patch.setattr(resolve_module, "_statements_run", lambda body, info: [s for s in body if not isinstance(s, ast.If)])
+
+
+@mutant(
+    "RCK-100/forwards-set-on-instances-unseen",
+    doc="Calling a module runs its class's `forward`, whatever `module.forward = fn` put on the instance.",
+)
+def forwards_set_on_instances_unseen(patch: MutantPatch) -> None:
+    patch.setattr(Analyzer, "rebound_forward", lambda self, frame, inst: None)

@@ -65,6 +65,7 @@ from .routing_checker_mutants import (
     first_step_blocks_run_every_call,
     flag_guarded_creations_written_by_every_call,
     forward_hooks_tried_without_the_input,
+    forwards_set_on_instances_unseen,
     fresh_positions_checked_in_full_mode_only,
     getattribute_is_a_method_call,
     handlers_and_managers_inherit_the_body_facts,
@@ -696,6 +697,11 @@ def test_a_method_patched_over_a_dict_of_patches_is_the_patch():
 @pytest.mark.paid("RCK-99", before=patches_in_loop_tests_unseen)
 def test_a_patch_behind_an_if_in_a_loop_applies_where_its_test_may_hold():
     assert_zoo("a method patched behind an if in a loop", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-100", before=forwards_set_on_instances_unseen)
+def test_a_forward_set_on_the_instance_is_what_calling_the_module_runs():
+    assert_zoo("a module whose forward is set on the instance", {"honors", "ignores"})
 
 
 OWED_VARIANTS = Path(__file__).resolve().parent / "owed_variants"

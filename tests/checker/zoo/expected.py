@@ -382,6 +382,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.wrapping_patches", "a_method_a_loop_test_leaves_alone"): ("honors", "a method patched behind an if in a loop"),
     ("czoo.wrapping_patches", "a_method_patched_only_behind_a_switch_that_is_off"): ("honors", "a method patched behind an if in a loop"),
     ("czoo.replaced_modules", "a_source_replaced_to_host_ids_by_add_module"): ("ignores", "submodules replaced through the module table"),
+    ("czoo.replaced_modules", "a_source_whose_forward_is_rebound_to_read_host_ids"): ("ignores", "a module whose forward is set on the instance"),
+    ("czoo.replaced_modules", "a_source_whose_forward_is_rebound_to_read_device_ids"): ("honors", "a module whose forward is set on the instance"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -452,6 +454,8 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.lazy_state", "a_buffer_allocated_after_an_early_return_filled_on_fresh_steps"): ("czoo.lazy_state", "build_returns_once_ready"),
     ("czoo.lazy_state", "a_buffer_allocated_after_an_early_return_filled_on_every_path"): ("czoo.lazy_state", "build_returns_once_ready_on_every_path"),
     ("czoo.replaced_modules", "a_source_replaced_to_host_ids_by_add_module"): ("czoo.replaced_modules", "build_replaced_by_add_module"),
+    ("czoo.replaced_modules", "a_source_whose_forward_is_rebound_to_read_host_ids"): ("czoo.replaced_modules", "build_forward_rebound_to_host_ids"),
+    ("czoo.replaced_modules", "a_source_whose_forward_is_rebound_to_read_device_ids"): ("czoo.replaced_modules", "build_forward_rebound_to_device_ids"),
     ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_spare"): ("czoo.replaced_modules", "build_exact_type_to_the_spare"),
     ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_source"): ("czoo.replaced_modules", "build_exact_type_to_the_source"),
     ("czoo.replaced_modules", "a_pass_filtered_to_an_unused_sibling"): ("czoo.replaced_modules", "build_filtered_to_the_unused_sibling"),

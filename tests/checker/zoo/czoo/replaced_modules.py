@@ -322,3 +322,36 @@ def build_replaced_by_add_module(config: dict, *, device: torch.device, seed: in
 @entry_point
 def a_source_replaced_to_host_ids_by_add_module(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+class WithAHostSource(ServableLM):
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.ids_source = HostIds()
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        return self.logits(self.embed(self.ids_source(inp)), inp)
+
+
+def build_forward_rebound_to_host_ids(config: dict, *, device: torch.device, seed: int) -> WithNestedIdsSource:
+    model = WithNestedIdsSource(config)
+    for module in model.modules():
+        if isinstance(module, DeviceIds):
+            module.forward = lambda inp: inp.host_tokens.ids  # the instance's own forward
+    return model.to(device)
+
+
+def build_forward_rebound_to_device_ids(config: dict, *, device: torch.device, seed: int) -> WithAHostSource:
+    model = WithAHostSource(config)
+    model.ids_source.forward = lambda inp: inp.embedding_ids()
+    return model.to(device)
+
+
+@entry_point
+def a_source_whose_forward_is_rebound_to_read_host_ids(model: WithNestedIdsSource, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_source_whose_forward_is_rebound_to_read_device_ids(model: WithAHostSource, inp: ForwardInput) -> Tensor:
+    return model(inp)
