@@ -268,6 +268,8 @@ class ResolverMixin:
                 reason = f"@{decorator} assigns {klass.dotted}.{name}, and the checker does not follow class decorators"
                 return Unknown(reason, self.config.display(klass.file), klass.line), klass
             patch = self.member_patch(klass, name)
+            if patch is not None and isinstance(patch[2], Deleted):  # `del Class.name`: the next class's
+                continue
             if patch is not None:  # Class.name = value at module level: it replaced the body's
                 info, line, value = patch
                 with self.at_statement(info.name, line):  # Class.fwd = wrap(Class.fwd): the one before
@@ -535,6 +537,8 @@ def _class_member_writes(
     if isinstance(stmt, ast.Assign):
         pairs = [pair for target in stmt.targets for pair in [(target, stmt.value), *_unpacked(target, stmt.value)]]
         return [(t.value, t.attr, v) for t, v in pairs if isinstance(t, ast.Attribute)]
+    if isinstance(stmt, ast.Delete | ast.Expr) and (deleted := _deletions(stmt)):
+        return deleted
     if isinstance(stmt, ast.Expr) and isinstance(call := stmt.value, ast.Call):
         args = call.args
         if (isinstance(call.func, ast.Name) and call.func.id == "setattr" and len(args) == 3
@@ -617,6 +621,24 @@ def _bound_once(name: str, info: ModuleInfo) -> bool:
         and any(isinstance(t, ast.Name) and t.id == name for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]))
     ]
     return len(assigned) == 1 and not any(isinstance(n, ast.Global) and name in n.names for n in ast.walk(info.tree))
+
+
+class Deleted(ast.expr):
+    """What a member is after ``del Model.ids_for`` (or ``delattr(Model, "ids_for")``) at the top
+    level: gone from the class, so that lookup goes on to the next class of the MRO."""
+
+    _fields = ()
+
+
+def _deletions(stmt: ast.Delete | ast.Expr) -> list[tuple[ast.expr, str, ast.expr]]:
+    """``(owner, name, Deleted())`` for ``del owner.name`` and ``delattr(owner, "name")``."""
+    if isinstance(stmt, ast.Delete):
+        return [(t.value, t.attr, Deleted()) for t in stmt.targets if isinstance(t, ast.Attribute)]
+    call = stmt.value
+    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "delattr" and len(call.args) == 2
+            and isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str)):
+        return [(call.args[0], call.args[1].value, Deleted())]
+    return []
 
 
 def _unpacked(target: ast.expr, value: ast.expr) -> list[tuple[ast.expr, ast.expr]]:

@@ -1337,3 +1337,11 @@ def patches_in_loop_tests_unseen(patch: MutantPatch) -> None:
 )
 def forwards_set_on_instances_unseen(patch: MutantPatch) -> None:
     patch.setattr(Analyzer, "rebound_forward", lambda self, frame, inst: None)
+
+
+@mutant(
+    "RCK-101/deleted-members-kept",
+    doc="`del Model.ids_for` (or `delattr`) at the top level removes nothing: the class's own member stays.",
+)
+def deleted_members_kept(patch: MutantPatch) -> None:
+    patch.setattr(resolve_module, "_deletions", lambda stmt: [])

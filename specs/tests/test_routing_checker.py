@@ -45,6 +45,7 @@ from .routing_checker_mutants import (
     containers_filled_later_stay_empty,
     custom_ops_are_plain_kernels,
     decorators_evaluated_at_module_level_only,
+    deleted_members_kept,
     depth_first_mro,
     descriptors_read_as_plain_attributes,
     device_ids_checked_in_full_mode_only,
@@ -702,6 +703,11 @@ def test_a_patch_behind_an_if_in_a_loop_applies_where_its_test_may_hold():
 @pytest.mark.paid("RCK-100", before=forwards_set_on_instances_unseen)
 def test_a_forward_set_on_the_instance_is_what_calling_the_module_runs():
     assert_zoo("a module whose forward is set on the instance", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-101", before=deleted_members_kept)
+def test_a_member_deleted_at_import_is_the_next_class_s():
+    assert_zoo("a method deleted from its class at import", {"honors", "ignores"})
 
 
 OWED_VARIANTS = Path(__file__).resolve().parent / "owed_variants"

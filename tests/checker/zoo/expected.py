@@ -384,6 +384,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.replaced_modules", "a_source_replaced_to_host_ids_by_add_module"): ("ignores", "submodules replaced through the module table"),
     ("czoo.replaced_modules", "a_source_whose_forward_is_rebound_to_read_host_ids"): ("ignores", "a module whose forward is set on the instance"),
     ("czoo.replaced_modules", "a_source_whose_forward_is_rebound_to_read_device_ids"): ("honors", "a module whose forward is set on the instance"),
+    ("czoo.wrapping_patches", "a_host_reading_override_deleted_at_import"): ("honors", "a method deleted from its class at import"),
+    ("czoo.wrapping_patches", "a_device_reading_override_deleted_at_import"): ("ignores", "a method deleted from its class at import"),
 }
 
 # The forwards whose model class comes from their factory's build function.

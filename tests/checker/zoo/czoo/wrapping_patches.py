@@ -363,3 +363,41 @@ def a_method_a_loop_test_leaves_alone(model: SkippedInALoopLM, inp: ForwardInput
 @entry_point
 def a_method_patched_only_behind_a_switch_that_is_off(model: SkippedByAFlagLM, inp: ForwardInput) -> Tensor:
     return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+class DeviceParentLM(ServableLM):
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class HostParentLM(ServableLM):
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.host_tokens.ids
+
+
+class HostOverrideDeletedLM(DeviceParentLM):
+    """Overrides ``ids_for`` to read host ids; the override is deleted at import."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.host_tokens.ids
+
+
+class DeviceOverrideDeletedLM(HostParentLM):
+    """Overrides ``ids_for`` to read device ids; the override is deleted at import."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+del HostOverrideDeletedLM.ids_for  # the parent's member is what the class has now
+delattr(DeviceOverrideDeletedLM, "ids_for")
+
+
+@entry_point
+def a_host_reading_override_deleted_at_import(model: HostOverrideDeletedLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_device_reading_override_deleted_at_import(model: DeviceOverrideDeletedLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
