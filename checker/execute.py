@@ -639,7 +639,7 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
     ``self._buffers``, ``vars(self)``), or still empty (``self.a.numel() == 0``, ``not len(self.a)``)
     — also as one part of an ``and`` / ``or`` — so that the branch creates it lazily; else None."""
     def on_receiver(node: ast.expr) -> bool:
-        return receiver is not None and isinstance(node, ast.Name) and node.id == receiver
+        return _is_receiver(node, receiver)
 
     def named(node: ast.expr) -> str | None:
         return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
@@ -667,8 +667,8 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
     ):  # `self._ready is False`, `getattr(self, "_ready", None) is not True`
         return _flag_read(left, receiver)
     if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and right.value is None:
-        if isinstance(left, ast.Attribute) and on_receiver(left.value):
-            return left.attr
+        if (attribute := _receiver_attribute(left, receiver)) is not None:
+            return attribute
         if (isinstance(left, ast.Call) and isinstance(left.func, ast.Name) and left.func.id == "getattr"
                 and len(left.args) == 3 and on_receiver(left.args[0])):
             return named(left.args[1])
@@ -681,22 +681,31 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
     return None
 
 
+def _is_receiver(node: ast.expr, receiver: str | None) -> bool:
+    """Whether ``node`` is the method's receiver (``self``)."""
+    return receiver is not None and isinstance(node, ast.Name) and node.id == receiver
+
+
+def _receiver_attribute(node: ast.expr, receiver: str | None) -> str | None:
+    """``a`` where ``node`` is ``self.a`` on the method's receiver, else None."""
+    return node.attr if isinstance(node, ast.Attribute) and _is_receiver(node.value, receiver) else None
+
+
 def _flag_read(node: ast.expr, receiver: str | None) -> str | None:
     """The attribute of ``receiver`` that ``node`` reads as a flag — ``self._ready``,
     ``getattr(self, "_ready"[, default])``, ``self.__dict__.get("_ready"[, default])``,
     ``vars(self).get("_ready")`` — else None."""
-    def on_receiver(owner: ast.expr) -> bool:
-        return receiver is not None and isinstance(owner, ast.Name) and owner.id == receiver
-
     if isinstance(node, ast.Attribute):
-        return node.attr if on_receiver(node.value) else None
+        return _receiver_attribute(node, receiver)
     if not (isinstance(node, ast.Call) and not node.keywords and node.args):
         return None
-    key = node.args[1] if isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) in (2, 3) and on_receiver(node.args[0]) else None
+    getter = isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) in (2, 3)
+    key = node.args[1] if getter and _is_receiver(node.args[0], receiver) else None
     if isinstance(node.func, ast.Attribute) and node.func.attr == "get" and len(node.args) in (1, 2):
         table = node.func.value  # self.__dict__.get("_ready"), vars(self).get("_ready")
-        if (isinstance(table, ast.Attribute) and table.attr == "__dict__" and on_receiver(table.value)) or (
-            isinstance(table, ast.Call) and isinstance(table.func, ast.Name) and table.func.id == "vars" and len(table.args) == 1 and on_receiver(table.args[0])
+        if (isinstance(table, ast.Attribute) and table.attr == "__dict__" and _is_receiver(table.value, receiver)) or (
+            isinstance(table, ast.Call) and isinstance(table.func, ast.Name) and table.func.id == "vars" and len(table.args) == 1
+            and _is_receiver(table.args[0], receiver)
         ):
             key = node.args[0]
     return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
@@ -713,26 +722,21 @@ def _sized(node: ast.expr, receiver: str | None) -> str | None:
         sized = node.args[0]
     else:
         return None
-    on_receiver = receiver is not None and isinstance(sized, ast.Attribute) and isinstance(sized.value, ast.Name) and sized.value.id == receiver
-    return sized.attr if on_receiver else None  # type: ignore[union-attr]
+    return _receiver_attribute(sized, receiver)
 
 
 def _counted_from_zero(test: ast.expr, receiver: str | None) -> str | None:
     """The attribute of ``receiver`` that ``test`` asks is still zero — ``self._step == 0``,
     ``0 == self._step``, ``self._step < 1``, ``not self._step`` — else None."""
-    def on_receiver(node: ast.expr) -> str | None:
-        ok = receiver is not None and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == receiver
-        return node.attr if ok else None  # type: ignore[union-attr]
-
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return on_receiver(test.operand)
+        return _receiver_attribute(test.operand, receiver)
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq | ast.Lt):
         left, op, right = test.left, test.ops[0], test.comparators[0]
         bound = 0 if isinstance(op, ast.Eq) else 1
         if isinstance(right, ast.Constant) and right.value == bound and type(right.value) is int:
-            return on_receiver(left)
+            return _receiver_attribute(left, receiver)
         if isinstance(op, ast.Eq) and isinstance(left, ast.Constant) and left.value == 0 and type(left.value) is int:
-            return on_receiver(right)
+            return _receiver_attribute(right, receiver)
     return None
 
 
@@ -756,7 +760,7 @@ def _assigned_since(before: dict[str, Value], after: dict[str, Value]) -> set[st
 def _receiver_targets(node: ast.AST, receiver: str | None) -> list[str]:
     """The attributes of ``receiver`` that assignment ``node`` (plain, annotated or augmented) assigns."""
     targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else []
-    return [t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == receiver]
+    return [name for t in targets if (name := _receiver_attribute(t, receiver)) is not None]
 
 
 def _device_pattern(pattern: ast.pattern) -> str | None:

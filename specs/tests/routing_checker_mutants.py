@@ -11,6 +11,7 @@ import tokenstate.checker.engine as engine_module
 import tokenstate.checker.evaluate as evaluate_module
 import tokenstate.checker.execute as execute_module
 import tokenstate.checker.externals as externals_module
+import tokenstate.checker.patches as patches_module
 import tokenstate.checker.resolve as resolve_module
 import tokenstate.checker.views as views_module
 import tokenstate.contracts.forward_input as forward_input_module
@@ -1162,7 +1163,7 @@ def patches_seen_before_they_run(patch: MutantPatch) -> None:
     "not seen: the body's member is used.",
 )
 def loop_patches_unseen(patch: MutantPatch) -> None:
-    patch.setattr(resolve_module, "_loop_bindings", lambda target, item: None)
+    patch.setattr(patches_module, "_loop_bindings", lambda target, item: None)
 
 
 @mutant(
@@ -1234,7 +1235,7 @@ def module_table_writes_by_a_computed_name_lost(patch: MutantPatch) -> None:
     "the class keeps the member its body defines.",
 )
 def patching_calls_at_import_unfollowed(patch: MutantPatch) -> None:
-    patch.setattr(resolve_module, "_called_function", lambda call, info, calling: None)
+    patch.setattr(patches_module, "_called_function", lambda call, info, calling: None)
 
 
 @mutant(
@@ -1311,8 +1312,8 @@ def early_returns_once_set_run_every_call(patch: MutantPatch) -> None:
     "effects and a tuple assignment patch nothing.",
 )
 def patch_statement_shapes_unseen(patch: MutantPatch) -> None:
-    patch.setattr(resolve_module, "_comprehension_loop", lambda value: None)
-    patch.setattr(resolve_module, "_unpacked", lambda target, value: [])
+    patch.setattr(patches_module, "_comprehension_loop", lambda value: None)
+    patch.setattr(patches_module, "_unpacked", lambda target, value: [])
 
 
 @mutant(
@@ -1320,7 +1321,7 @@ def patch_statement_shapes_unseen(patch: MutantPatch) -> None:
     doc="A loop over a dict of patches (`for cls, fn in PATCHES.items()`) patches nothing.",
 )
 def dict_patch_loops_unseen(patch: MutantPatch) -> None:
-    patch.setattr(resolve_module, "_dict_items", lambda items, info: items)
+    patch.setattr(patches_module, "_dict_items", lambda items, info: items)
 
 
 @mutant(
@@ -1328,7 +1329,7 @@ def dict_patch_loops_unseen(patch: MutantPatch) -> None:
     doc="A patch inside an `if` of a patching loop's body is not seen, whatever the test.",
 )
 def patches_in_loop_tests_unseen(patch: MutantPatch) -> None:
-    patch.setattr(resolve_module, "_statements_run", lambda body, info: [s for s in body if not isinstance(s, ast.If)])
+    patch.setattr(patches_module, "_statements_run", lambda body, info: [s for s in body if not isinstance(s, ast.If)])
 
 
 @mutant(
@@ -1344,4 +1345,4 @@ def forwards_set_on_instances_unseen(patch: MutantPatch) -> None:
     doc="`del Model.ids_for` (or `delattr`) at the top level removes nothing: the class's own member stays.",
 )
 def deleted_members_kept(patch: MutantPatch) -> None:
-    patch.setattr(resolve_module, "_deletions", lambda stmt: [])
+    patch.setattr(patches_module, "_deletions", lambda stmt: [])
