@@ -103,8 +103,9 @@ class StmtMixin:
                 self.assign(frame, target, value)
                 if isinstance(target, ast.Name):
                     frame.params -= {target.id}  # `dst = dst.clone()`: no longer the caller's object
-                    if isinstance(named := viewed(stmt.value), ast.Attribute | ast.Name):
-                        # buf = model.input_ids (or a view of it, np.asarray(model.input_ids)): buf's fills are its
+                    # buf = model.input_ids (or a view of it, np.asarray(model.input_ids)), or
+                    # `buf = self.staged = torch.zeros(n)`: buf's fills are the other's
+                    if isinstance(named := viewed(stmt.value), ast.Attribute | ast.Name) or (named := _chained_with(stmt, target)) is not None:
                         frame.aliases[target.id] = named
         elif isinstance(stmt, ast.AnnAssign):
             if stmt.value is not None:
@@ -647,7 +648,7 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
     if isinstance(test, ast.BoolOp):  # `self.buf is None or too small`, `not self._ready and enabled`
         return next((name for part in test.values if (name := _created_when_unset(part, receiver)) is not None), None)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        asked = test.operand
+        asked = _unwalrused(test.operand)  # `not (ready := self._ready)`
         if (flag := _flag_read(asked, receiver)) is not None:  # `not self._ready`, `not getattr(self, "_ready", False)`
             return flag
         if (emptied := _sized(asked, receiver)) is not None:  # `not self.staged.numel()`
@@ -659,6 +660,7 @@ def _created_when_unset(test: ast.expr, receiver: str | None) -> str | None:
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return None
     left, op, right = test.left, test.ops[0], test.comparators[0]
+    left = _unwalrused(left)  # `(buf := getattr(self, "staged", None)) is None`
     if isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and right.value == 0 and type(right.value) is int:
         if (emptied := _sized(left, receiver)) is not None:  # `self.staged.numel() == 0`
             return emptied
@@ -689,6 +691,17 @@ def _is_receiver(node: ast.expr, receiver: str | None) -> bool:
 def _receiver_attribute(node: ast.expr, receiver: str | None) -> str | None:
     """``a`` where ``node`` is ``self.a`` on the method's receiver, else None."""
     return node.attr if isinstance(node, ast.Attribute) and _is_receiver(node.value, receiver) else None
+
+
+def _chained_with(stmt: ast.Assign, target: ast.Name) -> ast.Attribute | ast.Name | None:
+    """Another target of a chained assignment (``buf = self.staged = torch.zeros(n)``): the same
+    object as ``target``; else None."""
+    return next((t for t in stmt.targets if t is not target and isinstance(t, ast.Attribute | ast.Name)), None)
+
+
+def _unwalrused(expr: ast.expr) -> ast.expr:
+    """What ``(name := expr)`` tests: ``expr``; any other expression as it is."""
+    return expr.value if isinstance(expr, ast.NamedExpr) else expr
 
 
 def _flag_read(node: ast.expr, receiver: str | None) -> str | None:

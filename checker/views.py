@@ -29,7 +29,8 @@ SHARING_FUNCTIONS = frozenset({"from_numpy", "asarray", "as_tensor", "frombuffer
 
 def viewed(expr: ast.expr) -> ast.expr:
     """The expression whose memory ``expr`` views: ``expr`` with its subscripts, view methods and
-    memory-sharing conversions taken off (``np.asarray(buf)[:n].view(-1)`` → ``buf``)."""
+    memory-sharing conversions taken off (``np.asarray(buf)[:n].view(-1)`` → ``buf``), and
+    ``getattr(obj, "buf")`` read as ``obj.buf``."""
     while True:
         if isinstance(expr, ast.Subscript) and (name := global_item(expr)) is not None:
             return ast.copy_location(ast.Name(id=name, ctx=ast.Load()), expr)  # globals()["K"] is K
@@ -41,8 +42,20 @@ def viewed(expr: ast.expr) -> ast.expr:
             expr = expr.value
         elif isinstance(expr, ast.Call) and _function_name(expr.func) in SHARING_FUNCTIONS and len(expr.args) == 1:
             expr = expr.args[0]
+        elif (named := fetched_attribute(expr)) is not None:  # getattr(obj, "a") is obj.a
+            return named
         else:
             return expr
+
+
+def fetched_attribute(expr: ast.expr) -> ast.Attribute | None:
+    """``obj.a`` for ``getattr(obj, "a")`` (with or without a default); else None."""
+    if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "getattr" and len(expr.args) in (2, 3)):
+        return None
+    name = expr.args[1]
+    if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+        return None
+    return ast.copy_location(ast.Attribute(value=expr.args[0], attr=name.value, ctx=ast.Load()), expr)
 
 
 def global_item(expr: ast.Subscript) -> str | None:

@@ -1346,3 +1346,22 @@ def forwards_set_on_instances_unseen(patch: MutantPatch) -> None:
 )
 def deleted_members_kept(patch: MutantPatch) -> None:
     patch.setattr(patches_module, "_deletions", lambda stmt: [])
+
+
+@mutant(
+    "RCK-102/walrus-buffers-unseen",
+    doc="`(buf := getattr(self, \"staged\", None)) is None` is no once-only test, and `buf = self.staged = "
+    "torch.zeros(...)` leaves `buf` a separate object: the buffer created and filled through `buf` is lost.",
+)
+def walrus_buffers_unseen(patch: MutantPatch) -> None:
+    patch.setattr(execute_module, "_unwalrused", lambda expr: expr)
+    patch.setattr(execute_module, "_chained_with", lambda stmt, target: None)
+
+
+@mutant(
+    "RCK-103/buffers-fetched-by-name-are-copies",
+    doc="`buf = getattr(self, \"staged\")` leaves `buf` a separate object: what is filled into it does not "
+    "reach `self.staged`.",
+)
+def buffers_fetched_by_name_are_copies(patch: MutantPatch) -> None:
+    patch.setattr(views_module, "fetched_attribute", lambda expr: None)

@@ -34,6 +34,7 @@ from .routing_checker_mutants import (
     attribute_writes_forgotten,
     bool_values_are_flags,
     branch_facts_end_with_the_branch,
+    buffers_fetched_by_name_are_copies,
     build_assignments_and_method_type_unseen,
     class_decorators_and_hooks_unseen,
     class_patching_by_direct_assignment_only,
@@ -127,6 +128,7 @@ from .routing_checker_mutants import (
     to_device_loses_the_class,
     tokens_sent_into_generators_dropped,
     views_are_separate_values,
+    walrus_buffers_unseen,
     writes_handed_out_stale,
 )
 from .routing_checker_runtime import run_async, watch_placeholder_reads, zoo_on_path
@@ -708,6 +710,16 @@ def test_a_forward_set_on_the_instance_is_what_calling_the_module_runs():
 @pytest.mark.paid("RCK-101", before=deleted_members_kept)
 def test_a_member_deleted_at_import_is_the_next_class_s():
     assert_zoo("a method deleted from its class at import", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-102", before=walrus_buffers_unseen)
+def test_a_buffer_found_and_created_through_a_walrus_holds_what_earlier_calls_left():
+    assert_zoo("a buffer found and created through a walrus", {"honors", "ignores"})
+
+
+@pytest.mark.paid("RCK-103", before=buffers_fetched_by_name_are_copies)
+def test_a_buffer_fetched_by_getattr_is_the_attribute_it_names():
+    assert_zoo("a buffer filled through a local that names it", {"ignores"})
 
 
 OWED_VARIANTS = Path(__file__).resolve().parent / "owed_variants"

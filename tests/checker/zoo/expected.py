@@ -386,6 +386,9 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.replaced_modules", "a_source_whose_forward_is_rebound_to_read_device_ids"): ("honors", "a module whose forward is set on the instance"),
     ("czoo.wrapping_patches", "a_host_reading_override_deleted_at_import"): ("honors", "a method deleted from its class at import"),
     ("czoo.wrapping_patches", "a_device_reading_override_deleted_at_import"): ("ignores", "a method deleted from its class at import"),
+    ("czoo.lazy_state", "a_buffer_found_by_a_walrus_filled_through_it_on_fresh_steps"): ("ignores", "a buffer found and created through a walrus"),
+    ("czoo.lazy_state", "a_buffer_found_by_a_walrus_filled_through_it_on_every_path"): ("honors", "a buffer found and created through a walrus"),
+    ("czoo.lazy_state", "a_buffer_fetched_by_getattr_filled_through_it_on_fresh_steps"): ("ignores", "a buffer filled through a local that names it"),
 }
 
 # The forwards whose model class comes from their factory's build function.
@@ -458,6 +461,9 @@ BUILD_FUNCTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.replaced_modules", "a_source_replaced_to_host_ids_by_add_module"): ("czoo.replaced_modules", "build_replaced_by_add_module"),
     ("czoo.replaced_modules", "a_source_whose_forward_is_rebound_to_read_host_ids"): ("czoo.replaced_modules", "build_forward_rebound_to_host_ids"),
     ("czoo.replaced_modules", "a_source_whose_forward_is_rebound_to_read_device_ids"): ("czoo.replaced_modules", "build_forward_rebound_to_device_ids"),
+    ("czoo.lazy_state", "a_buffer_found_by_a_walrus_filled_through_it_on_fresh_steps"): ("czoo.lazy_state", "build_found_by_a_walrus"),
+    ("czoo.lazy_state", "a_buffer_found_by_a_walrus_filled_through_it_on_every_path"): ("czoo.lazy_state", "build_found_by_a_walrus_on_every_path"),
+    ("czoo.lazy_state", "a_buffer_fetched_by_getattr_filled_through_it_on_fresh_steps"): ("czoo.lazy_state", "build_filled_through_getattr"),
     ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_spare"): ("czoo.replaced_modules", "build_exact_type_to_the_spare"),
     ("czoo.replaced_modules", "a_pass_filtered_by_exact_type_to_the_source"): ("czoo.replaced_modules", "build_exact_type_to_the_source"),
     ("czoo.replaced_modules", "a_pass_filtered_to_an_unused_sibling"): ("czoo.replaced_modules", "build_filtered_to_the_unused_sibling"),

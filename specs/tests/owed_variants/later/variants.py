@@ -1,7 +1,9 @@
-"""A forward the routing checker still judges wrongly (RCK-85, owed): a replacement pass undone by
-the next is a false alarm, since the checker's passes only *may* replace. Run through the engine
-too: it gives the synchronous tokens on the async path. (What probe 47a found beside it is in the
-zoo now: RCK-89 to RCK-93.)
+"""Forwards the routing checker still judges wrongly (RCK-85, owed). A replacement pass undone by
+the next is a false alarm, since the checker's passes only *may* replace; a buffer regrown under a
+test on a local that names it (``buf = self.staged; if buf.numel() < n: buf = self.staged = ...``)
+and filled through the local on fresh steps is a silent ``honors``. Each was run through the engine
+too: the first gives the synchronous tokens on the async path, the second diverges from them.
+(What probe 47a found beside them is in the zoo now: RCK-89 to RCK-103.)
 """
 
 import torch
@@ -77,7 +79,30 @@ def a_pass_undone_by_the_next(model: WithSources, inp: ForwardInput) -> Tensor:
     return model(inp)
 
 
+class GrownThroughALocal(Servable):
+    """Grows its buffer when too small, tested and filled through a local that names it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.staged = torch.zeros(0, dtype=torch.long)
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        n = inp.num_tokens
+        buf = self.staged
+        if buf.numel() < n:
+            buf = self.staged = torch.zeros(2 * n, dtype=torch.long)
+        if not inp.has_stale_rows:
+            buf[:n].copy_(inp.host_tokens.ids)
+        return self.logits_of(self.staged[:n], inp)
+
+
+@entry_point
+def a_buffer_regrown_through_a_local(model: GrownThroughALocal, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
 EXPECTED = {
     "a_pass_undone_by_the_next": ("honors", "build_swapped_and_swapped_back"),
+    "a_buffer_regrown_through_a_local": ("ignores", None),
 }
 """Each forward's right verdict, and the build function a runner would call (None: the class)."""

@@ -624,3 +624,71 @@ def a_buffer_allocated_after_an_early_return_filled_on_fresh_steps(model: Return
 @entry_point
 def a_buffer_allocated_after_an_early_return_filled_on_every_path(model: ReturnsOnceReadyOnEveryPathLM, inp: ForwardInput) -> Tensor:
     return model(inp)
+
+
+class FoundByAWalrusLM(ServableLM):
+    """Finds its buffer with a walrus (`(buf := getattr(self, "staged", None)) is None`), creates it
+    there once (`buf = self.staged = torch.zeros(...)`) and fills it through `buf` on fresh steps."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if (buf := getattr(self, "staged", None)) is None:
+            buf = self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            buf[:n].copy_(inp.host_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+class FoundByAWalrusOnEveryPathLM(ServableLM):
+    """The same buffer, filled through `buf` with device ids on the steps whose host ids are stale."""
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        if (buf := getattr(self, "staged", None)) is None:
+            buf = self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+        n = inp.num_tokens
+        buf[:n].copy_(inp.host_tokens.ids if not inp.has_stale_rows else inp.device_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+def build_found_by_a_walrus(config: dict, *, device: torch.device, seed: int) -> FoundByAWalrusLM:
+    return FoundByAWalrusLM(config).to(device)
+
+
+def build_found_by_a_walrus_on_every_path(config: dict, *, device: torch.device, seed: int) -> FoundByAWalrusOnEveryPathLM:
+    return FoundByAWalrusOnEveryPathLM(config).to(device)
+
+
+@entry_point
+def a_buffer_found_by_a_walrus_filled_through_it_on_fresh_steps(model: FoundByAWalrusLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+@entry_point
+def a_buffer_found_by_a_walrus_filled_through_it_on_every_path(model: FoundByAWalrusOnEveryPathLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
+
+class FilledThroughGetattrLM(ServableLM):
+    """Holds a staging buffer from ``__init__``, fetched by name (``getattr(self, "staged")``) and
+    filled through the local on fresh steps."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.staged = torch.zeros(MAX_TOKENS, dtype=torch.long)
+
+    def forward(self, inp: ForwardInput) -> Tensor:
+        buf = getattr(self, "staged")  # noqa: B009 (the spelling under test)
+        n = inp.num_tokens
+        if not inp.has_stale_rows:
+            buf[:n].copy_(inp.host_tokens.ids)
+        return self.logits(self.embed(self.staged[:n]), inp)
+
+
+def build_filled_through_getattr(config: dict, *, device: torch.device, seed: int) -> FilledThroughGetattrLM:
+    return FilledThroughGetattrLM(config).to(device)
+
+
+@entry_point
+def a_buffer_fetched_by_getattr_filled_through_it_on_fresh_steps(model: FilledThroughGetattrLM, inp: ForwardInput) -> Tensor:
+    return model(inp)
+
