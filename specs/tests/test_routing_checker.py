@@ -723,7 +723,7 @@ def test_a_buffer_fetched_by_getattr_is_the_attribute_it_names():
 
 
 OWED_VARIANTS = Path(__file__).resolve().parent / "owed_variants"
-"""A package of the replacement passes probe 47a found that the checker still judges wrongly (RCK-85)."""
+"""A package of the forwards the probes found that the checker still judges wrongly (RCK-85): each with its right verdict."""
 
 
 @pytest.mark.owed("RCK-85")
