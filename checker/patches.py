@@ -198,8 +198,9 @@ def _dict_items(items: ast.expr, info: ModuleInfo) -> ast.expr:
 
 def _called_function(call: ast.Call, info: ModuleInfo, calling: frozenset[str]) -> tuple[ast.FunctionDef, dict[str, ast.expr]] | None:
     """The module's own function a top-level call runs (``apply_patches()``), with what each name
-    its body reads is bound to: a parameter the call's argument (or its default); a local it
-    assigns an unknown value (a patch it makes through one is unresolved, not another global's)."""
+    its body reads is bound to: a parameter the call's argument (or its default); a local assigned
+    once at the function's top (``cls = Model``) its value; any other local an unknown value (a
+    patch it makes through one is unresolved, not another global's)."""
     if not isinstance(call.func, ast.Name) or call.func.id in calling or len(calling) >= _MAX_PATCH_CALLS:
         return None
     function = info.bindings.get(call.func.id)
@@ -216,11 +217,20 @@ def _called_function(call: ast.Call, info: ModuleInfo, calling: frozenset[str]) 
     if any(p.arg not in bound for p in (*positional, *params.kwonlyargs)):
         return None  # the call would raise TypeError: it patches nothing
     declared = {n for node in ast.walk(function) if isinstance(node, ast.Global) for n in node.names}
+    assigned: dict[str, list[ast.AST]] = {}
     for node in ast.walk(function):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign | ast.NamedExpr) else []
         for name in (n for target in targets for n in _names_bound(target)):
-            if name not in declared and name not in bound:
-                bound[name] = Given(Unknown(f"a local of {function.name}() that patches a class", info.file, node.lineno))
+            assigned.setdefault(name, []).append(node)
+    params_bound = dict(bound)
+    for name, sites in assigned.items():
+        if name in declared or name in bound:
+            continue
+        site = sites[0]
+        if len(sites) == 1 and site in function.body and isinstance(site, ast.Assign) and isinstance(site.targets[0], ast.Name) and len(site.targets) == 1:
+            bound[name] = _Substitute(params_bound).visit(copy.deepcopy(site.value))  # `cls = Model`: an alias, assigned once
+        else:
+            bound[name] = Given(Unknown(f"a local of {function.name}() that patches a class", info.file, site.lineno))  # type: ignore[attr-defined]
     return function, bound
 
 

@@ -89,13 +89,14 @@ class ModuleInfo:
 def top_level_statements(body: Sequence[ast.stmt], *, at_import: bool = False) -> list[ast.stmt]:
     """Statements of a module body, looking into if/try/with blocks (imports often hide there).
     ``at_import``: only what importing the module runs — not the ``if TYPE_CHECKING:`` blocks (whose
-    names still bind for annotations otherwise), and the ``finally`` blocks too."""
+    names still bind for annotations otherwise) nor ``if __name__ == "__main__":``, and the
+    ``finally`` blocks too."""
     out: list[ast.stmt] = []
     for stmt in body:
         if isinstance(stmt, ast.If):
             test = stmt.test
             checking = (test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)) == "TYPE_CHECKING"
-            blocks = [stmt.orelse] if at_import and checking else [stmt.body, stmt.orelse]
+            blocks = [stmt.orelse] if at_import and (checking or _runs_as_script(test)) else [stmt.body, stmt.orelse]
         elif isinstance(stmt, ast.Try):
             blocks = [stmt.body, stmt.orelse, *([stmt.finalbody] if at_import else [])]
         elif isinstance(stmt, ast.With):
@@ -106,6 +107,14 @@ def top_level_statements(body: Sequence[ast.stmt], *, at_import: bool = False) -
         for block in blocks:
             out += top_level_statements(block, at_import=at_import)
     return out
+
+
+def _runs_as_script(test: ast.expr) -> bool:
+    """Whether ``test`` is ``__name__ == "__main__"`` (either way round): false when imported."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = {test.left, test.comparators[0]}
+    return any(isinstance(n, ast.Name) and n.id == "__name__" for n in sides) and any(isinstance(n, ast.Constant) and n.value == "__main__" for n in sides)
 
 
 def _tabulate(info: ModuleInfo) -> None:

@@ -401,3 +401,38 @@ def a_host_reading_override_deleted_at_import(model: HostOverrideDeletedLM, inp:
 @entry_point
 def a_device_reading_override_deleted_at_import(model: DeviceOverrideDeletedLM, inp: ForwardInput) -> Tensor:
     return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+class PatchedThroughALocalLM(ServableLM):
+    """Reads device ids itself; a function called at import patches it through a local name."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class PatchedOnlyAsAScriptLM(ServableLM):
+    """Reads device ids itself; only running the module as a script would patch it."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+def patch_through_a_local() -> None:
+    target = PatchedThroughALocalLM
+    target.ids_for = _host_ids_for
+
+
+patch_through_a_local()
+
+if __name__ == "__main__":
+    patch_ids_for(PatchedOnlyAsAScriptLM, _host_ids_for)
+
+
+@entry_point
+def a_method_patched_to_read_host_ids_through_a_local_of_a_function_called_at_import(model: PatchedThroughALocalLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_method_patched_only_when_the_module_runs_as_a_script(model: PatchedOnlyAsAScriptLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
