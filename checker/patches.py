@@ -66,10 +66,11 @@ def class_member_writes(
         called = _called_function(call, info, calling)
         if called is not None:
             function, bound = called
+            substituted = [_Substitute(bound).visit(copy.deepcopy(inner)) for inner in function.body]
             return [
                 write
-                for inner in top_level_statements(function.body, at_import=True)
-                for write in class_member_writes(_Substitute(bound).visit(copy.deepcopy(inner)), info, loop_items, calling | {function.name})
+                for inner in _statements_run(substituted, info)  # `if enable:` decided by the argument given
+                for write in class_member_writes(inner, info, loop_items, calling | {function.name})
             ]
     return []
 

@@ -359,6 +359,8 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("czoo.wrapping_patches", "a_method_a_function_never_called_would_patch"): ("honors", "a method patched by a function called at import"),
     ("czoo.wrapping_patches", "a_method_patched_to_read_host_ids_through_a_local_of_a_function_called_at_import"): ("ignores", "a method patched by a function called at import"),
     ("czoo.wrapping_patches", "a_method_patched_only_when_the_module_runs_as_a_script"): ("honors", "a method patched by a function called at import"),
+    ("czoo.wrapping_patches", "a_method_patched_by_a_function_whose_switch_is_on"): ("ignores", "a method patched by a function called at import"),
+    ("czoo.wrapping_patches", "a_method_left_alone_by_a_function_whose_switch_is_off"): ("honors", "a method patched by a function called at import"),
     ("czoo.records", "named_tuple_zipped_with_its_field_names_carries_host_tokens"): ("ignores", "a NamedTuple zipped with its field names"),
     ("czoo.records", "named_tuple_zipped_with_its_field_names_carries_the_embedding_ids"): ("honors", "a NamedTuple zipped with its field names"),
     ("czoo.replaced_modules", "a_pass_filtered_to_an_unused_sibling"): ("honors", "a replacement pass's own filter"),

@@ -436,3 +436,36 @@ def a_method_patched_to_read_host_ids_through_a_local_of_a_function_called_at_im
 @entry_point
 def a_method_patched_only_when_the_module_runs_as_a_script(model: PatchedOnlyAsAScriptLM, inp: ForwardInput) -> Tensor:
     return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+class PatchedWhenEnabledLM(ServableLM):
+    """Reads device ids itself; ``patch_when(PatchedWhenEnabledLM, enabled=True)`` patches it."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+class LeftAloneWhenDisabledLM(PatchedWhenEnabledLM):
+    """Passed to the same function with ``enabled`` left at its default, False: not patched."""
+
+    def ids_for(self, inp: ForwardInput) -> Tensor:
+        return inp.embedding_ids()
+
+
+def patch_when(cls: type, *, enabled: bool = False) -> None:
+    if enabled:
+        cls.ids_for = _host_ids_for
+
+
+patch_when(PatchedWhenEnabledLM, enabled=True)
+patch_when(LeftAloneWhenDisabledLM)
+
+
+@entry_point
+def a_method_patched_by_a_function_whose_switch_is_on(model: PatchedWhenEnabledLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
+
+
+@entry_point
+def a_method_left_alone_by_a_function_whose_switch_is_off(model: LeftAloneWhenDisabledLM, inp: ForwardInput) -> Tensor:
+    return model.logits(model.embed(model.ids_for(inp)), inp)
