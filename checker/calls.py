@@ -283,15 +283,13 @@ class CallMixin:
             for module in (*(v for _, v in self.current(frame, model).fields if isinstance(v, Instance)), model):
                 self.call(frame, args[0], (self.current(frame, module),), (), node)
             return model
-        if (
-            isinstance(node.func, ast.Attribute) and node.func.attr in NAMED_SETTERS and len(node.args) >= 2
-            and _instances(self.eval(frame, node.func.value))  # an analysed object (any of those it may be)
-        ):
+        setter = node.func.attr in NAMED_SETTERS and len(node.args) >= 2 if isinstance(node.func, ast.Attribute) else False
+        if setter and _instances(owner := self.eval(frame, node.func.value)):  # an analysed object (any of those it may be)
             names = self.constant_names(frame, node.args[0])
             if names is not None and len(names) == 1:  # module.register_buffer("name", t): module.name = t
                 self.assign(frame, ast.Attribute(value=node.func.value, attr=names[0], ctx=ast.Store()), args[1])
                 return OPAQUE
-            if names is None and self.replaced_by_a_computed_name(frame, node.func.value, node.args[0], args[1]):
+            if names is None and self.replaced_by_a_computed_name(frame, node.func.value, owner, node.args[0], args[1]):
                 return OPAQUE  # module.add_module(name, Wrapper()) in a replacement pass
         if isinstance(node.func, ast.Attribute) and node.func.attr in IN_PLACE_WRITES:
             # buf[:n].copy_(ids), buf.index_copy_(0, i, ids); called unbound on the class
@@ -594,11 +592,10 @@ class CallMixin:
             fields = {"args": Seq(args, join(*args))}  # class Carry(Exception): BaseException keeps .args
         return Instance(cls, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
 
-    def replaced_by_a_computed_name(self: Analyzer, frame: Frame, target: ast.expr, name: ast.expr, value: Value) -> bool:
-        """``module._modules[name] = Wrapper(child)`` (or ``module.__dict__[name]``) with a computed
-        name: :meth:`replace_some_submodule`, where ``target`` is an analysed object and ``value``
-        one too (whether it was)."""
-        owner = self.eval(frame, target)
+    def replaced_by_a_computed_name(self: Analyzer, frame: Frame, target: ast.expr, owner: Value, name: ast.expr, value: Value) -> bool:
+        """``module._modules[name] = Wrapper(child)`` (or ``module.__dict__[name]``,
+        ``module.add_module(name, ...)``) with a computed name: :meth:`replace_some_submodule`, where
+        ``owner`` (what ``target`` evaluated to) is an analysed object and ``value`` one too (whether it was)."""
         if not (_instances(owner) and _instances(value)):
             return False
         self.replace_some_submodule(frame, target, owner, value, name)

@@ -47,7 +47,13 @@ from tokenstate.checker.values import (
     with_item,
     without_kept_ids,
 )
-from tokenstate.checker.views import is_globals, shared_attributes, shared_globals, viewed
+from tokenstate.checker.views import (
+    fetched_attribute,
+    is_globals,
+    shared_attributes,
+    shared_globals,
+    viewed,
+)
 
 if TYPE_CHECKING:
     from tokenstate.checker.engine import Analyzer
@@ -377,7 +383,8 @@ class StmtMixin:
         if isinstance(target, ast.Name):
             frame.aliases.pop(target.id, None)  # bound anew: no longer names what it named
             frame.default_cells.pop(target.id, None)
-            frame.partners = {k: v for k, v in frame.partners.items() if target.id not in (k, v)}
+            if frame.partners:  # bound anew: no longer the walk's name or module (empty on most assignments)
+                frame.partners = {k: v for k, v in frame.partners.items() if target.id not in (k, v)}
             cell = closure_cell(frame, target.id) if target.id in frame.nonlocals_declared else None
             if target.id in frame.globals_declared:
                 frame.write_cell(module_cell(frame, target.id), value)
@@ -434,7 +441,7 @@ class StmtMixin:
                     self.assign(frame, spelt, value)
                 return
             owner = _namespace_owner(target.value)
-            if owner is not None and self.replaced_by_a_computed_name(frame, owner, target.slice, value):
+            if owner is not None and self.replaced_by_a_computed_name(frame, owner, self.eval(frame, owner), target.slice, value):
                 return
             base = self.eval(frame, target.value)
             self.eval(frame, target.slice)
@@ -708,20 +715,19 @@ def _flag_read(node: ast.expr, receiver: str | None) -> str | None:
     """The attribute of ``receiver`` that ``node`` reads as a flag — ``self._ready``,
     ``getattr(self, "_ready"[, default])``, ``self.__dict__.get("_ready"[, default])``,
     ``vars(self).get("_ready")`` — else None."""
-    if isinstance(node, ast.Attribute):
-        return _receiver_attribute(node, receiver)
-    if not (isinstance(node, ast.Call) and not node.keywords and node.args):
+    attribute = node if isinstance(node, ast.Attribute) else fetched_attribute(node)
+    if attribute is not None:
+        return _receiver_attribute(attribute, receiver)
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+            and not node.keywords and len(node.args) in (1, 2)):
         return None
-    getter = isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) in (2, 3)
-    key = node.args[1] if getter and _is_receiver(node.args[0], receiver) else None
-    if isinstance(node.func, ast.Attribute) and node.func.attr == "get" and len(node.args) in (1, 2):
-        table = node.func.value  # self.__dict__.get("_ready"), vars(self).get("_ready")
-        if (isinstance(table, ast.Attribute) and table.attr == "__dict__" and _is_receiver(table.value, receiver)) or (
-            isinstance(table, ast.Call) and isinstance(table.func, ast.Name) and table.func.id == "vars" and len(table.args) == 1
-            and _is_receiver(table.args[0], receiver)
-        ):
-            key = node.args[0]
-    return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+    table = node.func.value  # self.__dict__.get("_ready"), vars(self).get("_ready")
+    own_table = (isinstance(table, ast.Attribute) and table.attr == "__dict__" and _is_receiver(table.value, receiver)) or (
+        isinstance(table, ast.Call) and isinstance(table.func, ast.Name) and table.func.id == "vars" and len(table.args) == 1
+        and _is_receiver(table.args[0], receiver)
+    )
+    key = node.args[0]
+    return key.value if own_table and isinstance(key, ast.Constant) and isinstance(key.value, str) else None
 
 
 def _sized(node: ast.expr, receiver: str | None) -> str | None:

@@ -1226,7 +1226,7 @@ def first_step_blocks_run_every_call(patch: MutantPatch) -> None:
     "it names keeps what it held.",
 )
 def module_table_writes_by_a_computed_name_lost(patch: MutantPatch) -> None:
-    patch.setattr(Analyzer, "replaced_by_a_computed_name", lambda self, frame, target, name, value: False)
+    patch.setattr(Analyzer, "replaced_by_a_computed_name", lambda self, frame, target, owner, name, value: False)
 
 
 @mutant(
